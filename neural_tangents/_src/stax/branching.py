@@ -1,0 +1,291 @@
+"""Branching layers: `FanOut` splits one input into many, `FanIn*` merge.
+
+Used with `parallel` to build residual and multi-branch networks:
+
+  >>> block = stax.serial(stax.FanOut(2),
+  ...                     stax.parallel(stax.Dense(512), stax.Identity()),
+  ...                     stax.FanInSum())
+"""
+import functools
+import math
+import operator
+from typing import Any
+
+import jax.numpy as jnp
+
+from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.requirements import layer
+from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.utils.kernel import Kernel
+from neural_tangents._src.utils.typing import Layer
+
+
+@layer
+def FanOut(num: int) -> Layer:
+  """Copies its input into a list of `num` identical outputs.
+
+  Args:
+    num: number of copies, positive.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.FanOut(2)
+    >>> len(apply_fn((), jnp.ones(3)))
+    2
+  """
+  if not isinstance(num, int) or num <= 0:
+    raise ValueError(f'`num` must be a positive int; got {num!r}. Pass the '
+                     'number of branches, e.g. `FanOut(2)`.')
+  init_fn = lambda rng, input_shape: ([input_shape] * num, ())
+  apply_fn = lambda params, inputs, **kwargs: [inputs] * num
+
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(k: Kernel, **kwargs) -> list[Kernel]:
+    return [k] * num
+
+  # The consumers of the `num` copies may allow different representations:
+  # the shared input must satisfy all of them.
+  kernel_fn.allowed_fn = requirements.conjunction
+  return init_fn, apply_fn, kernel_fn
+
+
+def _check_fan_in(shapes: Any, name: str) -> list[tuple[int, ...]]:
+  if not isinstance(shapes, (list, tuple)) or not shapes:
+    raise ValueError(
+        f'`{name}` takes a non-empty list of inputs (e.g. the output of '
+        f'`parallel`); got {type(shapes).__name__}. Put `FanOut(n)` and '
+        f'`parallel(...)` before `{name}`.')
+  return [tuple(s) for s in shapes]
+
+
+def _check_same_shapes(shapes: list[tuple[int, ...]], name: str) -> None:
+  def norm(s):  # `-1` is an unknown batch size at `init_fn` time.
+    return tuple(None if d == -1 else d for d in s)
+  first = norm(shapes[0])
+  for i, s in enumerate(shapes[1:], 1):
+    if len(s) != len(first) or any(a is not None and b is not None and a != b
+                                   for a, b in zip(first, norm(s))):
+      raise ValueError(
+          f'`{name}` needs inputs of the same shape; got shapes {shapes} '
+          f'(input 0 is {shapes[0]}, input {i} is {s}). Make the branches of '
+          f'the `parallel` before `{name}` output the same shape, e.g. with '
+          'the same `Dense(out_dim)` width.')
+
+
+def _fan_in_kernel_shapes(ks: list[Kernel], name: str) -> None:
+  _check_same_shapes([k.shape1 for k in ks], name)
+  _check_same_shapes([k.shape2 for k in ks], name)
+  first = ks[0]
+  for k in ks[1:]:
+    if (k.diagonal_batch, k.diagonal_spatial, k.x1_is_x2) != (
+        first.diagonal_batch, first.diagonal_spatial, first.x1_is_x2):
+      raise ValueError(f'`{name}` got kernels in different representations; '
+                       'compute all branches from the same inputs.')
+
+
+@layer
+def FanInSum() -> Layer:
+  """Sums a list of inputs of the same shape.
+
+  For independent (or jointly Gaussian) branches, covariances and NTKs add.
+
+  Example:
+    >>> _, apply_fn, _ = stax.FanInSum()
+    >>> apply_fn((), [jnp.ones(3), jnp.ones(3)])
+    Array([2., 2., 2.], dtype=float32)
+  """
+  def init_fn(rng, input_shape):
+    shapes = _check_fan_in(input_shape, 'FanInSum')
+    _check_same_shapes(shapes, 'FanInSum')
+    return shapes[0], ()
+
+  def apply_fn(params, inputs, **kwargs):
+    _check_same_shapes([tuple(x.shape) for x in
+                        _check_fan_in_inputs(inputs, 'FanInSum')], 'FanInSum')
+    return functools.reduce(operator.add, inputs)
+
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(ks: list[Kernel], **kwargs) -> Kernel:
+    ks = _check_fan_in_inputs(ks, 'FanInSum')
+    _fan_in_kernel_shapes(ks, 'FanInSum')
+    out = functools.reduce(operator.add, ks)
+    return out.replace(is_gaussian=all(k.is_gaussian for k in ks),
+                       is_input=False)
+
+  return init_fn, apply_fn, kernel_fn
+
+
+def _check_fan_in_inputs(inputs: Any, name: str) -> list[Any]:
+  if not isinstance(inputs, (list, tuple)) or not inputs:
+    raise ValueError(
+        f'`{name}` takes a non-empty list of inputs (e.g. the output of '
+        f'`parallel`); got {type(inputs).__name__}. Put `FanOut(n)` and '
+        f'`parallel(...)` before `{name}`.')
+  return list(inputs)
+
+
+@layer
+def FanInProd() -> Layer:
+  """Multiplies a list of inputs of the same shape elementwise.
+
+  For independent, zero-mean branches (each branch with its own weights),
+  `E[prod_i a_i(x) prod_i a_i(x')] = prod_i K_i(x, x')`, and the NTK follows by
+  the product rule: `sum_i ntk_i * prod_{j != i} nngp_j`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.FanInProd()
+    >>> apply_fn((), [2 * jnp.ones(3), 3 * jnp.ones(3)])
+    Array([6., 6., 6.], dtype=float32)
+  """
+  def init_fn(rng, input_shape):
+    shapes = _check_fan_in(input_shape, 'FanInProd')
+    _check_same_shapes(shapes, 'FanInProd')
+    return shapes[0], ()
+
+  def apply_fn(params, inputs, **kwargs):
+    inputs = _check_fan_in_inputs(inputs, 'FanInProd')
+    _check_same_shapes([tuple(x.shape) for x in inputs], 'FanInProd')
+    return functools.reduce(operator.mul, inputs)
+
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(ks: list[Kernel], **kwargs) -> Kernel:
+    ks = _check_fan_in_inputs(ks, 'FanInProd')
+    _fan_in_kernel_shapes(ks, 'FanInProd')
+    prod = lambda xs: functools.reduce(operator.mul, xs)
+    nngp = prod([k.nngp for k in ks])
+    ntk = None
+    if all(k.ntk is not None for k in ks):
+      ntk = sum(ks[i].ntk * prod([k.nngp for j, k in enumerate(ks) if j != i]
+                                 + [jnp.ones_like(ks[i].nngp)])
+                for i in range(len(ks)))
+    cov2 = None if ks[0].cov2 is None else prod([k.cov2 for k in ks])
+    return ks[0].replace(nngp=nngp, ntk=ntk, cov1=prod([k.cov1 for k in ks]),
+                         cov2=cov2, is_gaussian=False, is_input=False)
+
+  return init_fn, apply_fn, kernel_fn
+
+
+@layer
+def FanInConcat(axis: int = -1) -> Layer:
+  """Concatenates a list of inputs along `axis`.
+
+  Along the channel axis, the output covariance is the channel-count-weighted
+  mean of the inputs' covariances. The channels of different branches are
+  then differently distributed, so the output is not treated as Gaussian: a
+  nonlinearity needs a `Dense` (or convolution) between it and the concat. Along a spatial axis, positions of
+  different branches are independent (zero covariance) and the spatial
+  covariances are laid out block-diagonally.
+
+  Args:
+    axis: concatenation axis; the channel axis or a spatial axis (not the
+      batch axis).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> init_fn, _, _ = stax.FanInConcat()
+    >>> init_fn(None, [(-1, 3), (-1, 5)])[0]
+    (-1, 8)
+  """
+  def init_fn(rng, input_shape):
+    shapes = _check_fan_in(input_shape, 'FanInConcat')
+    ax = axis % len(shapes[0])
+    _check_same_shapes([s[:ax] + s[ax + 1:] for s in shapes], 'FanInConcat')
+    out = list(shapes[0])
+    out[ax] = sum(s[ax] for s in shapes)
+    return tuple(out), ()
+
+  def apply_fn(params, inputs, **kwargs):
+    return jnp.concatenate(_check_fan_in_inputs(inputs, 'FanInConcat'),
+                           axis=axis)
+
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
+      input=requirements.Bool.MAYBE))
+  def kernel_fn(ks: list[Kernel], **kwargs) -> Kernel:
+    ks = _check_fan_in_inputs(ks, 'FanInConcat')
+    ndim = len(ks[0].shape1)
+    ax = axis % ndim
+    if ax == ks[0].batch_axis % ndim:
+      raise ValueError(
+          f'`FanInConcat(axis={axis})` concatenates along the batch axis, '
+          'which has no infinite-width kernel. Concatenate the inputs before '
+          'calling `kernel_fn` instead.')
+    _check_same_shapes([k.shape1[:ax] + k.shape1[ax + 1:] for k in ks],
+                       'FanInConcat')
+    if ax == ks[0].channel_axis % ndim:
+      return _concat_channels(ks, ax)
+    return _concat_spatial(ks, ax)
+
+  return init_fn, apply_fn, kernel_fn
+
+
+def _concat_shape(shapes: list[tuple[int, ...]], ax: int) -> tuple[int, ...]:
+  out = list(shapes[0])
+  out[ax] = sum(s[ax] for s in shapes)
+  return tuple(out)
+
+
+def _concat_channels(ks: list[Kernel], ax: int) -> Kernel:
+  widths = [k.shape1[ax] for k in ks]
+  total = sum(widths)
+
+  def mean(xs):
+    if any(x is None for x in xs):
+      return None
+    return sum(w * x for w, x in zip(widths, xs)) / total
+
+  return ks[0].replace(
+      nngp=mean([k.nngp for k in ks]),
+      ntk=mean([k.ntk for k in ks]),
+      cov1=mean([k.cov1 for k in ks]),
+      cov2=mean([k.cov2 for k in ks]),
+      # A mixture of differently distributed channels is not Gaussian.
+      is_gaussian=len(ks) == 1 and ks[0].is_gaussian,
+      is_input=False,
+      shape1=_concat_shape([k.shape1 for k in ks], ax),
+      shape2=_concat_shape([k.shape2 for k in ks], ax))
+
+
+def _spatial_index(k: Kernel, ax: int) -> int:
+  """Index among spatial dimensions of activation axis `ax`."""
+  ndim = len(k.shape1)
+  skip = {k.batch_axis % ndim, k.channel_axis % ndim}
+  return [i for i in range(ndim) if i not in skip].index(ax)
+
+
+def _block_diag_concat(xs: list[Any], n_batch: int, s: int,
+                       diagonal_spatial: bool) -> Any:
+  """Concatenates covariances along spatial dim `s`, zero across branches."""
+  if any(x is None for x in xs):
+    return None
+  if diagonal_spatial:
+    return jnp.concatenate(xs, axis=n_batch + s)
+  a1, a2 = n_batch + 2 * s, n_batch + 2 * s + 1
+  sizes = [x.shape[a1] for x in xs]
+  total = sum(sizes)
+  blocks, start = [], 0
+  for x, size in zip(xs, sizes):
+    pad = [(0, 0)] * x.ndim
+    pad[a2] = (start, total - start - size)
+    blocks.append(jnp.pad(x, pad))
+    start += size
+  return jnp.concatenate(blocks, axis=a1)
+
+
+def _concat_spatial(ks: list[Kernel], ax: int) -> Kernel:
+  s = _spatial_index(ks[0], ax)
+  diag = ks[0].diagonal_spatial
+  n_cov = 1 if ks[0].diagonal_batch else 2
+  return ks[0].replace(
+      nngp=_block_diag_concat([k.nngp for k in ks], 2, s, diag),
+      ntk=_block_diag_concat([k.ntk for k in ks], 2, s, diag),
+      cov1=_block_diag_concat([k.cov1 for k in ks], n_cov, s, diag),
+      cov2=_block_diag_concat([k.cov2 for k in ks], n_cov, s, diag),
+      is_gaussian=all(k.is_gaussian for k in ks),
+      is_input=False,
+      shape1=_concat_shape([k.shape1 for k in ks], ax),
+      shape2=_concat_shape([k.shape2 for k in ks], ax))

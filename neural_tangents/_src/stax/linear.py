@@ -1,0 +1,274 @@
+"""Linear layers: `Dense`, `Identity`, `Flatten`.
+
+Every layer is `(init_fn, apply_fn, kernel_fn)`; the kernel function sits next
+to the finite-width `apply_fn` it is the infinite-width limit of.
+"""
+import enum
+import math
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import random
+
+from neural_tangents._src.stax.requirements import Bool
+from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.requirements import layer
+from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils.kernel import Kernel
+from neural_tangents._src.utils.typing import Layer
+
+
+class Parameterization(str, enum.Enum):
+  """How weights are scaled: `NTK` (`W_std / sqrt(fan_in) * W`) or `STANDARD`."""
+  NTK = 'ntk'
+  STANDARD = 'standard'
+
+
+def _parameterization(parameterization: str) -> Parameterization:
+  try:
+    return Parameterization(str(parameterization).lower())
+  except ValueError:
+    raise ValueError(
+        f'`parameterization` must be "ntk" or "standard"; got '
+        f'{parameterization!r}.') from None
+
+
+def _axis(axis: int, ndim: int, name: str) -> int:
+  if not -ndim <= axis < ndim:
+    raise ValueError(f'`{name}`={axis} is out of range for inputs of rank '
+                     f'{ndim}. Pass an axis in [{-ndim}, {ndim}).')
+  return axis % ndim
+
+
+def _check_axes_match(k: Kernel, batch_axis: int, channel_axis: int,
+                      name: str) -> None:
+  ndim = len(k.shape1)
+  if (batch_axis % ndim != k.batch_axis % ndim or
+      channel_axis % ndim != k.channel_axis % ndim):
+    raise ValueError(
+        f'`{name}(batch_axis={batch_axis}, channel_axis={channel_axis})` does '
+        f'not match the layout of its inputs (batch_axis={k.batch_axis}, '
+        f'channel_axis={k.channel_axis}). Pass the same axes to every layer, '
+        'or the axes of the first layer to this one.')
+
+
+def _affine(x: Optional[jax.Array], W_std: float,
+            b_std: Optional[float]) -> Optional[jax.Array]:
+  """The covariance map of `W x + b`: `W_std^2 * x + b_std^2`."""
+  if x is None:
+    return None
+  out = W_std**2 * x
+  return out if b_std is None else out + b_std**2
+
+
+@layer
+def Dense(out_dim: int,
+          W_std: float = 1.,
+          b_std: Optional[float] = None,
+          batch_axis: int = 0,
+          channel_axis: int = -1,
+          parameterization: str = 'ntk',
+          s: tuple[int, int] = (1, 1)) -> Layer:
+  r"""Fully connected layer acting on the channel axis.
+
+  NTK parameterization: `y = W_std / sqrt(fan_in) * x @ W + b_std * b` with
+  `W ~ N(0, 1)` of shape `(fan_in, out_dim)` and `b ~ N(0, 1)` of shape
+  `(1, ..., out_dim, ..., 1)` (out_dim on the channel axis; `None` when
+  `b_std is None`). Kernels (Neal 1996; Jacot et al. 2018):
+
+    nngp' = W_std^2 * nngp + b_std^2
+    ntk'  = nngp' + W_std^2 * ntk
+
+  Standard parameterization: `y = x @ W + b` with the stored
+  `W ~ N(0, W_std^2 / fan_in)` and `b ~ N(0, b_std^2)`; the NNGP is the same,
+  and the NTK is that of the stored params,
+  `ntk' = s[0] * fan_in * nngp + 1[b_std is not None] + W_std^2 * ntk`,
+  where `fan_in` is the channel count recorded in the kernel (for a hidden
+  layer, the `out_dim` of the previous layer) and `s[0]` scales it to the
+  actual width of a wider network (Sohl-Dickstein et al. 2020). `s[1]` is
+  accepted for API compatibility and scales this layer's recorded width.
+
+  Args:
+    out_dim: number of output channels, positive.
+    W_std: weight standard deviation.
+    b_std: bias standard deviation; `None` for no bias.
+    batch_axis: batch axis of the inputs.
+    channel_axis: channel axis of the inputs (the one contracted).
+    parameterization: 'ntk' or 'standard'.
+    s: width multipliers `(s_in, s_out)` for the standard parameterization.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> init_fn, apply_fn, kernel_fn = stax.Dense(512, W_std=1.5, b_std=0.1)
+    >>> _, (W, b) = init_fn(random.PRNGKey(0), (-1, 784))
+    >>> W.shape, b.shape
+    ((784, 512), (1, 512))
+  """
+  if isinstance(out_dim, bool) or not isinstance(out_dim, (int, jnp.integer)):
+    raise TypeError(f'`out_dim` must be a positive int; got {out_dim!r}. Pass '
+                    'e.g. `Dense(512)`.')
+  if out_dim <= 0:
+    raise ValueError(f'`out_dim` must be a positive int; got {out_dim}. Pass '
+                     'the number of output channels, e.g. `Dense(512)`.')
+  param = _parameterization(parameterization)
+  if (len(tuple(s)) != 2 or any(not isinstance(v, int) or v <= 0 for v in s)):
+    raise ValueError(f'`s` must be a pair of positive ints; got {s!r}.')
+
+  def init_fn(rng, input_shape):
+    ndim = len(input_shape)
+    c_axis = _axis(channel_axis, ndim, 'channel_axis')
+    fan_in = input_shape[c_axis]
+    output_shape = tuple(input_shape[:c_axis]) + (out_dim,) + tuple(
+        input_shape[c_axis + 1:])
+    k1, k2 = random.split(rng)
+    W = random.normal(k1, (fan_in, out_dim))
+    b_shape = [1] * ndim
+    b_shape[c_axis] = out_dim
+    b = None if b_std is None else random.normal(k2, b_shape)
+    if param == Parameterization.STANDARD:
+      W = W_std / math.sqrt(fan_in) * W
+      b = None if b is None else b_std * b
+    return output_shape, (W, b)
+
+  def apply_fn(params, inputs, **kwargs):
+    W, b = params
+    c_axis = _axis(channel_axis, inputs.ndim, 'channel_axis')
+    if inputs.shape[c_axis] != W.shape[0]:
+      raise ValueError(
+          f'`Dense` expects {W.shape[0]} channels on axis {channel_axis} of its '
+          f'inputs; got inputs of shape {inputs.shape}. Pass inputs matching '
+          'the `input_shape` given to `init_fn`.')
+    out = jnp.moveaxis(jnp.tensordot(inputs, W, (c_axis, 0)), -1, c_axis)
+    if param == Parameterization.NTK:
+      out = W_std / math.sqrt(W.shape[0]) * out
+      if b is not None:
+        out = out + b_std * b
+    elif b is not None:
+      out = out + b
+    return out
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    _check_axes_match(k, batch_axis, channel_axis, 'Dense')
+    ntk = k.ntk
+    if param == Parameterization.NTK:
+      nngp = _affine(k.nngp, W_std, b_std)
+      if ntk is not None:
+        ntk = nngp + W_std**2 * ntk
+    else:
+      nngp = _affine(k.nngp, W_std, b_std)
+      if ntk is not None:
+        fan_in = s[0] * k.channels
+        ntk = (fan_in * k.nngp + (0. if b_std is None else 1.) +
+               W_std**2 * ntk)
+    c_axis = k.channel_axis % len(k.shape1)
+    width = out_dim * s[1]
+    return k.replace(
+        nngp=nngp,
+        ntk=ntk,
+        cov1=_affine(k.cov1, W_std, b_std),
+        cov2=_affine(k.cov2, W_std, b_std),
+        is_gaussian=True,
+        is_input=False,
+        shape1=_replace_at(k.shape1, c_axis, width),
+        shape2=_replace_at(k.shape2, c_axis, width))
+
+  return init_fn, apply_fn, kernel_fn
+
+
+def _replace_at(shape: Sequence[int], axis: int, value: int) -> tuple[int, ...]:
+  shape = list(shape)
+  shape[axis] = value
+  return tuple(shape)
+
+
+@layer
+def Identity() -> Layer:
+  """The identity layer: `apply_fn(params, x) = x`, kernel unchanged.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Identity()
+    >>> apply_fn((), jnp.ones(3)).shape
+    (3,)
+  """
+  init_fn = lambda rng, input_shape: (input_shape, ())
+  apply_fn = lambda params, inputs, **kwargs: inputs
+
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(k, **kwargs):
+    return k
+
+  return init_fn, apply_fn, kernel_fn
+
+
+@layer
+def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
+  """Flattens all non-batch axes into one channel axis.
+
+  The output's channels are the input's (position, channel) pairs, so its
+  kernel is the mean over positions of the input kernel's spatial diagonal
+  (Novak et al. 2019): only the spatial diagonal is ever needed.
+
+  Args:
+    batch_axis: batch axis of the inputs.
+    batch_axis_out: batch axis of the output, 0 or 1 (the channel axis is the
+      other one).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> init_fn, _, _ = stax.Flatten()
+    >>> init_fn(None, (-1, 8, 8, 3))[0]
+    (-1, 192)
+  """
+  if batch_axis_out not in (0, 1, -1, -2):
+    raise ValueError(f'`batch_axis_out` must be 0 or 1; got {batch_axis_out}.')
+  batch_axis_out %= 2
+  channel_axis_out = 1 - batch_axis_out
+
+  def output_shape(input_shape):
+    b = _axis(batch_axis, len(input_shape), 'batch_axis')
+    rest = math.prod(s for i, s in enumerate(input_shape) if i != b)
+    return ((input_shape[b], rest) if batch_axis_out == 0 else
+            (rest, input_shape[b]))
+
+  def init_fn(rng, input_shape):
+    return output_shape(input_shape), ()
+
+  def apply_fn(params, inputs, **kwargs):
+    b = _axis(batch_axis, inputs.ndim, 'batch_axis')
+    out = jnp.moveaxis(inputs, b, 0).reshape(inputs.shape[b], -1)
+    return out if batch_axis_out == 0 else out.T
+
+  @requires(batch_axis=batch_axis, diagonal_batch=Diagonal(),
+            diagonal_spatial=Diagonal(input=Bool.YES))
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    n_cov_batch = 1 if k.diagonal_batch else 2
+
+    def position_mean(x, n_batch):
+      if x is None:
+        return None
+      if not k.diagonal_spatial:
+        x = kernel_lib.spatial_diagonal(x, n_batch)
+      return jnp.mean(x, axis=tuple(range(n_batch, x.ndim)))
+
+    return k.replace(
+        nngp=position_mean(k.nngp, 2),
+        ntk=position_mean(k.ntk, 2),
+        cov1=position_mean(k.cov1, n_cov_batch),
+        cov2=position_mean(k.cov2, n_cov_batch),
+        is_gaussian=k.is_gaussian,
+        is_input=False,
+        diagonal_spatial=False,
+        shape1=output_shape(k.shape1),
+        shape2=output_shape(k.shape2),
+        batch_axis=batch_axis_out,
+        channel_axis=channel_axis_out)
+
+  return init_fn, apply_fn, kernel_fn

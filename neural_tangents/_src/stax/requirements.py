@@ -1,0 +1,546 @@
+"""Layer machinery: the `@layer`, `@requires` and `@supports_masking` decorators.
+
+A stax layer is a triple `(init_fn, apply_fn, kernel_fn)`. Layer authors
+write `kernel_fn` as a *kernel op*, a function `Kernel -> Kernel` (or lists of
+kernels for branching layers), and decorate it with `@requires(...)` to
+declare which representations of its input it can work with. `@layer` then
+turns the op into the public `kernel_fn(x1, x2=None, get=None, **kwargs)`
+that users call, which:
+
+1. validates `get` and the inputs;
+2. resolves, across the whole network, the cheapest representation of the
+   input kernel that every layer allows (batch-diagonal `cov1`/`cov2`,
+   spatially diagonal covariances), by propagating requirements backwards from
+   the representation asked for at the output;
+3. builds the input `Kernel`, skipping the NTK when `get` does not need it;
+4. runs the ops and returns what `get` asks for.
+
+Representation requirements are stated per axis kind (`diagonal_batch`,
+`diagonal_spatial`) with a `Diagonal(input, output)`:
+
+* `input=Bool.YES`: the layer can always compute from a diagonal input (e.g.
+  `Flatten` only needs the spatial diagonal); `Bool.MAYBE`: it can if its own
+  output is allowed to be diagonal (local layers: `Dense`, nonlinearities,
+  convolutions); `Bool.NO`: it needs the full input (e.g. global pooling).
+* `output=Bool.YES`: the layer's output has zero off-diagonal entries, so it
+  can serve a diagonal representation whatever it receives (untied weights);
+  `Bool.NO` otherwise.
+
+Example:
+  >>> @layer
+  ... def Scale(c: float):
+  ...   init_fn = lambda rng, input_shape: (input_shape, ())
+  ...   apply_fn = lambda params, x, **kwargs: c * x
+  ...   @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  ...   def kernel_fn(k, **kwargs):
+  ...     return k.replace(nngp=c**2 * k.nngp, cov1=c**2 * k.cov1, ...)
+  ...   return init_fn, apply_fn, kernel_fn
+"""
+import collections
+import dataclasses
+import enum
+import functools
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils.kernel import Kernel
+
+GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
+
+
+class Bool(enum.IntEnum):
+  """Three-valued logic for requirements: `NO < MAYBE < YES`."""
+  NO = 0
+  MAYBE = 1
+  YES = 2
+
+  def __and__(self, other: 'Bool') -> 'Bool':
+    return Bool(min(self, other))
+
+  def __or__(self, other: 'Bool') -> 'Bool':
+    return Bool(max(self, other))
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagonal:
+  """Whether a layer can take (`input`) or always gives (`output`) diagonals.
+
+  See the module docstring for the meaning of each value.
+  """
+  input: Bool = Bool.MAYBE
+  output: Bool = Bool.NO
+
+
+class Allowed(NamedTuple):
+  """Whether a kernel may be stored batch- / spatially diagonal."""
+  diagonal_batch: bool
+  diagonal_spatial: bool
+
+
+def _allowed_input(diagonal: Diagonal, output_allowed: bool) -> bool:
+  if diagonal.output == Bool.YES:
+    output_allowed = True
+  if diagonal.input == Bool.YES:
+    return True
+  if diagonal.input == Bool.MAYBE:
+    return output_allowed
+  return False
+
+
+def conjunction(allowed: Any) -> Allowed:
+  """Combines the allowances of several consumers of one kernel (`FanOut`)."""
+  if isinstance(allowed, Allowed):
+    return allowed
+  leaves = [conjunction(a) for a in allowed]
+  return Allowed(all(a.diagonal_batch for a in leaves),
+                 all(a.diagonal_spatial for a in leaves))
+
+
+def requires(diagonal_batch: Diagonal = Diagonal(),
+             diagonal_spatial: Diagonal = Diagonal(),
+             batch_axis: Optional[int] = None,
+             channel_axis: Optional[int] = None) -> Callable[[Callable],
+                                                             Callable]:
+  """Declares the input representations a kernel op can work with.
+
+  Args:
+    diagonal_batch: requirement on the batch diagonal of `cov1` / `cov2`.
+    diagonal_spatial: requirement on the spatial diagonal.
+    batch_axis: batch axis the layer expects of its inputs, if it has one.
+    channel_axis: channel axis the layer expects of its inputs.
+
+  Returns:
+    A decorator attaching `allowed_fn` (output allowances -> input
+    allowances) and `input_axes` to the kernel op.
+  """
+  def decorator(kernel_op: Callable) -> Callable:
+    def allowed_fn(output_allowed: Any) -> Allowed:
+      output_allowed = conjunction(output_allowed)
+      return Allowed(
+          _allowed_input(diagonal_batch, output_allowed.diagonal_batch),
+          _allowed_input(diagonal_spatial, output_allowed.diagonal_spatial))
+
+    kernel_op.allowed_fn = allowed_fn
+    kernel_op.input_axes = (None if batch_axis is None and channel_axis is None
+                            else (0 if batch_axis is None else batch_axis,
+                                  -1 if channel_axis is None else channel_axis))
+    kernel_op.output_diagonal = diagonal_spatial.output
+    return kernel_op
+  return decorator
+
+
+def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
+  """Declares that a layer handles masked inputs.
+
+  Masking (inputs given as `MaskedArray` or with `mask_constant=`) is
+  implemented by the spatial-layers module; this decorator records on the
+  layer's `apply_fn` and `kernel_fn` whether the kernel needs to be re-masked
+  after the layer.
+  """
+  def decorator(layer_fn: Callable) -> Callable:
+    @functools.wraps(layer_fn)
+    def new_layer_fn(*args, **kwargs):
+      init_fn, apply_fn, kernel_fn = layer_fn(*args, **kwargs)
+      for fn in (apply_fn, kernel_fn):
+        fn.supports_masking = True
+        fn.remask_kernel = remask_kernel
+      return init_fn, apply_fn, kernel_fn
+    return new_layer_fn
+  return decorator
+
+
+# -----------------------------------------------------------------------------
+# The public `kernel_fn`.
+
+
+def validate_get(get: Any) -> Optional[tuple[str, ...]]:
+  """Returns `get` as a tuple of names (or `None`), or raises `ValueError`."""
+  if get is None:
+    return None
+  names = (get,) if isinstance(get, str) else get
+  if not isinstance(names, (tuple, list)) or not names:
+    raise ValueError(
+        f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
+        f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk").')
+  for name in names:
+    if name not in GET_VALUES:
+      raise ValueError(
+          f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
+          f'{get!r}, where {name!r} is unknown. Pass e.g. get="ntk" or '
+          'get=("nngp", "ntk").')
+  return tuple(names)
+
+
+@functools.lru_cache(maxsize=None)
+def _get_namedtuple(names: tuple[str, ...]) -> type:
+  return collections.namedtuple('Kernel', names)
+
+
+def _select(k: Any, get: Any) -> Any:
+  """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
+  names = validate_get(get)
+  if names is None:
+    return k
+  if isinstance(k, (list, tuple)):
+    return type(k)(_select(ki, get) for ki in k)
+
+  def field(name):
+    if name == 'cov2' and k.cov2 is None:
+      return k.cov1
+    value = getattr(k, name)
+    if value is None:
+      raise ValueError(
+          f'`get={get!r}` asks for {name!r}, which this kernel does not hold. '
+          'Ask for it when calling `kernel_fn`, e.g. get=("nngp", "ntk").')
+    return value
+
+  if isinstance(get, str):
+    return field(get)
+  return _get_namedtuple(names)(*(field(name) for name in names))
+
+
+def _move_to_standard_layout(x: jax.Array, batch_axis: int,
+                             channel_axis: int) -> jax.Array:
+  """Moves batch to the front and channels to the back: `(N, S..., C)`."""
+  ndim = x.ndim
+  batch_axis, channel_axis = batch_axis % ndim, channel_axis % ndim
+  if batch_axis == channel_axis:
+    raise ValueError(
+        f'`batch_axis` ({batch_axis}) and `channel_axis` ({channel_axis}) must '
+        'differ. Pass distinct axes to the first layer.')
+  order = [batch_axis] + [i for i in range(ndim)
+                          if i not in (batch_axis, channel_axis)]
+  return jnp.transpose(x, order + [channel_axis])
+
+
+def _interleave(x: jax.Array, n_batch: int, n_spatial: int) -> jax.Array:
+  """`(B..., S_1..S_d, S'_1..S'_d)` -> `(B..., S_1, S'_1, ..., S_d, S'_d)`."""
+  order = list(range(n_batch))
+  for i in range(n_spatial):
+    order += [n_batch + i, n_batch + n_spatial + i]
+  return jnp.transpose(x, order)
+
+
+def covariance(x1: jax.Array, x2: jax.Array, batch_pair: bool,
+               diagonal_spatial: bool) -> jax.Array:
+  """Channel-averaged covariance of activations in `(N, S..., C)` layout.
+
+  Args:
+    x1: `(N1, S_1, ..., S_d, C)` activations.
+    x2: `(N2, S_1, ..., S_d, C)` activations (`N2 == N1` if not `batch_pair`).
+    batch_pair: whether to pair every example of `x1` with every example of
+      `x2` (`(N1, N2, ...)`), or only example `i` with example `i`
+      (`(N, ...)`).
+    diagonal_spatial: whether to keep only equal positions.
+
+  Returns:
+    The covariance in the `Kernel` layout.
+  """
+  n_spatial = x1.ndim - 2
+  hi = lax.Precision.HIGHEST
+  c = x1.shape[-1]
+  if diagonal_spatial:
+    spec = 'n...c,m...c->nm...' if batch_pair else 'n...c,n...c->n...'
+    return jnp.einsum(spec, x1, x2, precision=hi) / c
+  if batch_pair:
+    out = jnp.tensordot(x1, x2, axes=(-1, -1), precision=hi) / c
+    # (N1, S..., N2, S'...) -> (N1, N2, S..., S'...)
+    out = jnp.moveaxis(out, 1 + n_spatial, 1)
+    return _interleave(out, 2, n_spatial)
+  out = jax.vmap(lambda a, b: jnp.tensordot(a, b, axes=(-1, -1),
+                                            precision=hi))(x1, x2) / c
+  return _interleave(out, 1, n_spatial)
+
+
+def _check_input(x: Any, name: str) -> jax.Array:
+  if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
+    raise TypeError(f'`{name}` must be an array; got {type(x).__name__}. Pass '
+                    'a `jnp.ndarray` of shape (batch, ..., channels).')
+  if x.ndim < 2:
+    raise ValueError(
+        f'`{name}` must have a batch and a channel axis; got shape {x.shape}. '
+        f'Reshape it, e.g. `{name}.reshape(-1, 1)` for scalar features.')
+  return jnp.asarray(x)
+
+
+def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
+                     diagonal_batch: bool, diagonal_spatial: bool,
+                     compute_ntk: bool, batch_axis: int = 0,
+                     channel_axis: int = -1) -> Kernel:
+  """The `Kernel` of raw inputs (the covariance a `Dense` layer sees).
+
+  Args:
+    x1: inputs, `(N1, ..., C)` with batch and channel axes as given.
+    x2: inputs or `None` for `x1`.
+    diagonal_batch: keep only the batch diagonal of `cov1` / `cov2`.
+    diagonal_spatial: keep only the spatial diagonal.
+    compute_ntk: whether to track the NTK (starts at zero).
+    batch_axis: batch axis of the inputs.
+    channel_axis: channel axis of the inputs.
+
+  Returns:
+    The input `Kernel`.
+  """
+  x1 = _check_input(x1, 'x1')
+  if x2 is not None:
+    x2 = _check_input(x2, 'x2')
+    b = batch_axis % x1.ndim
+    if (x1.ndim != x2.ndim or
+        x1.shape[:b] + x1.shape[b + 1:] != x2.shape[:b] + x2.shape[b + 1:]):
+      raise ValueError(
+          f'`x1` and `x2` must have the same shape except along the batch axis '
+          f'{batch_axis}; got x1.shape={x1.shape} and x2.shape={x2.shape}. '
+          'Pass `x2` with the same features as `x1` (or `x2=None`).')
+  z1 = _move_to_standard_layout(x1, batch_axis, channel_axis)
+  z2 = z1 if x2 is None else _move_to_standard_layout(x2, batch_axis,
+                                                        channel_axis)
+  nngp = covariance(z1, z2, True, diagonal_spatial)
+
+  def self_cov(z):
+    if diagonal_batch:
+      return covariance(z, z, False, diagonal_spatial)
+    return covariance(z, z, True, diagonal_spatial)
+
+  cov1 = self_cov(z1)
+  cov2 = None if x2 is None else self_cov(z2)
+  return Kernel(
+      nngp=nngp,
+      ntk=jnp.zeros_like(nngp) if compute_ntk else None,
+      cov1=cov1,
+      cov2=cov2,
+      x1_is_x2=x2 is None,
+      is_gaussian=False,
+      is_reversed=False,
+      is_input=True,
+      diagonal_batch=diagonal_batch,
+      diagonal_spatial=diagonal_spatial,
+      shape1=tuple(x1.shape),
+      shape2=tuple(x1.shape if x2 is None else x2.shape),
+      batch_axis=batch_axis,
+      channel_axis=channel_axis)
+
+
+def ensure_full_spatial(k: Kernel) -> Kernel:
+  """The full spatial representation of `k`, for layers that need it.
+
+  Requirement resolution only hands a spatially diagonal kernel to a layer
+  declaring `Diagonal(input=Bool.NO)` when every off-diagonal entry is known
+  to be zero (after a layer with `Diagonal(output=Bool.YES)`), so embedding the
+  diagonal is exact.
+  """
+  if not k.diagonal_spatial or k.n_spatial == 0:
+    return k
+  return _map_covariances(k, _embed_spatial_diagonal).replace(
+      diagonal_spatial=False)
+
+
+def _embed_spatial_diagonal(x: jax.Array, n_batch: int) -> jax.Array:
+  """Inverse of `spatial_diagonal`, with zeros off the diagonal."""
+  n_spatial = x.ndim - n_batch
+  for i in range(n_spatial):
+    axis = n_batch + 2 * i
+    size = x.shape[axis]
+    eye = jnp.eye(size, dtype=x.dtype)
+    x = jnp.expand_dims(x, axis + 1)
+    shape = [1] * x.ndim
+    shape[axis], shape[axis + 1] = size, size
+    x = x * eye.reshape(shape)
+  return x
+
+
+def match_representation(k: Any, allowed: Any) -> Any:
+  """Converts `k` to the representation `allowed` asks for, if it differs.
+
+  A full kernel where a diagonal one is allowed is reduced to its diagonal
+  when the allowance is what the caller requested; a diagonal kernel where a
+  full one is needed is only produced by layers whose output has zero
+  off-diagonal entries (`Diagonal(output=Bool.YES)`), and is embedded.
+  """
+  if isinstance(k, (list, tuple)):
+    if isinstance(allowed, Allowed):
+      allowed = [allowed] * len(k)
+    return type(k)(match_representation(ki, a) for ki, a in zip(k, allowed))
+  allowed = conjunction(allowed)
+  if k.n_spatial == 0 or k.diagonal_spatial == allowed.diagonal_spatial:
+    pass
+  elif k.diagonal_spatial:
+    k = _map_covariances(k, _embed_spatial_diagonal).replace(
+        diagonal_spatial=False)
+  else:
+    k = _map_covariances(k, kernel_lib.spatial_diagonal).replace(
+        diagonal_spatial=True)
+  if k.diagonal_batch != allowed.diagonal_batch and not k.diagonal_batch:
+    k = k.replace(cov1=kernel_lib.batch_diagonal(k.cov1),
+                  cov2=None if k.cov2 is None else
+                  kernel_lib.batch_diagonal(k.cov2),
+                  diagonal_batch=True)
+  return k
+
+
+def _map_covariances(k: Kernel, fn: Callable[[jax.Array, int],
+                                              jax.Array]) -> Kernel:
+  """Applies `fn(array, n_batch_axes)` to `nngp`, `ntk`, `cov1`, `cov2`."""
+  n_cov_batch = 1 if k.diagonal_batch else 2
+  return k.replace(
+      nngp=fn(k.nngp, 2),
+      ntk=None if k.ntk is None else fn(k.ntk, 2),
+      cov1=fn(k.cov1, n_cov_batch),
+      cov2=None if k.cov2 is None else fn(k.cov2, n_cov_batch))
+
+
+def _is_kernel_tree(x: Any) -> bool:
+  if isinstance(x, Kernel):
+    return True
+  return (isinstance(x, (list, tuple)) and bool(x) and
+          all(_is_kernel_tree(xi) for xi in x))
+
+
+def _map_inputs(fn: Callable, x1: Any, x2: Any) -> Any:
+  """Maps `fn(x1_leaf, x2_leaf)` over (list/tuple) pytrees of inputs."""
+  if isinstance(x1, (list, tuple)):
+    if x2 is None:
+      x2 = [None] * len(x1)
+    if not isinstance(x2, (list, tuple)) or len(x2) != len(x1):
+      raise ValueError(
+          f'`x2` must have the same structure as `x1` ({len(x1)} inputs); got '
+          f'{type(x2).__name__}. Pass one `x2` array per `x1` array, or None.')
+    return type(x1)(_map_inputs(fn, a, b) for a, b in zip(x1, x2))
+  return fn(x1, x2)
+
+
+def _broadcast_allowed(allowed: Any, x1: Any) -> Any:
+  if isinstance(x1, (list, tuple)):
+    if isinstance(allowed, Allowed):
+      allowed = [allowed] * len(x1)
+    return type(x1)(_broadcast_allowed(a, x) for a, x in zip(allowed, x1))
+  return conjunction(allowed)
+
+
+def _first_axes(axes: Any) -> Any:
+  """The first `(batch_axis, channel_axis)` declared in a pytree of them."""
+  if axes is None or not isinstance(axes, list):
+    return axes
+  for a in axes:
+    a = _first_axes(a)
+    if a is not None:
+      return a
+  return None
+
+
+def _broadcast_axes(axes: Any, x1: Any) -> Any:
+  if not isinstance(x1, (list, tuple)):
+    axes = _first_axes(axes)
+  if isinstance(x1, (list, tuple)):
+    if axes is None or (isinstance(axes, tuple) and len(axes) == 2 and
+                        all(isinstance(a, int) for a in axes)):
+      axes = [axes] * len(x1)
+    return type(x1)(_broadcast_axes(a, x) for a, x in zip(axes, x1))
+  return (0, -1) if axes is None else axes
+
+
+def public_kernel_fn(kernel_op: Callable) -> Callable:
+  """Wraps a kernel op into the user-facing `kernel_fn`."""
+
+  def kernel_fn(x1_or_kernel: Any,
+                x2: Any = None,
+                get: Any = None,
+                *,
+                diagonal_batch: bool = True,
+                diagonal_spatial: bool = False,
+                **kwargs) -> Any:
+    """Computes the NNGP / NTK of the network.
+
+    Args:
+      x1_or_kernel: inputs `(N1, ..., C)` (or a list/tuple of them for a
+        network with several inputs), or a `Kernel` from a previous layer.
+      x2: second inputs `(N2, ..., C)`, or `None` to use `x1`.
+      get: `None` for the whole `Kernel`; a name among 'nngp', 'ntk', 'cov1',
+        'cov2' for that array; or a tuple of names for a namedtuple.
+      diagonal_batch: return `cov1`/`cov2` as the batch diagonal only.
+      diagonal_spatial: return only the spatial diagonal of the covariances,
+        `(N1, N2, S_1, ..., S_d)` instead of `(N1, N2, S_1, S_1, ...)`.
+      **kwargs: passed to the layers (e.g. `pattern=` for `Aggregate`).
+
+    Returns:
+      What `get` asks for.
+    """
+    names = validate_get(get)
+    if _is_kernel_tree(x1_or_kernel):
+      return _select(kernel_op(x1_or_kernel, **kwargs), get)
+
+    compute_ntk = names is None or 'ntk' in names
+    requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
+    allowed_in = _broadcast_allowed(kernel_op.allowed_fn(requested),
+                                    x1_or_kernel)
+    axes = _broadcast_axes(getattr(kernel_op, 'input_axes', None),
+                           x1_or_kernel)
+
+    def to_kernel(x1, x2, allowed, axes):
+      return inputs_to_kernel(
+          x1, x2,
+          diagonal_batch=allowed.diagonal_batch,
+          diagonal_spatial=allowed.diagonal_spatial,
+          compute_ntk=compute_ntk,
+          batch_axis=axes[0],
+          channel_axis=axes[1])
+
+    if isinstance(x1_or_kernel, (list, tuple)):
+      x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
+      k = type(x1_or_kernel)(
+          to_kernel(a, b, al, ax) for a, b, al, ax in zip(
+              x1_or_kernel, x2s, allowed_in, axes))
+    else:
+      k = to_kernel(x1_or_kernel, x2, allowed_in, axes)
+    out = kernel_op(k, **kwargs)
+    out = match_representation(out, requested)
+    if not compute_ntk:
+      out = _drop_ntk(out)
+    return _select(out, get)
+
+  kernel_fn.kernel_op = kernel_op
+  kernel_fn.allowed_fn = kernel_op.allowed_fn
+  kernel_fn.input_axes = getattr(kernel_op, 'input_axes', None)
+  kernel_fn.output_diagonal = getattr(kernel_op, 'output_diagonal', Bool.NO)
+  return kernel_fn
+
+
+def _drop_ntk(k: Any) -> Any:
+  if isinstance(k, (list, tuple)):
+    return type(k)(_drop_ntk(ki) for ki in k)
+  return k.replace(ntk=None)
+
+
+def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
+          ) -> Callable[..., tuple[Callable, Callable, Callable]]:
+  """Makes `layer_fn(...) -> (init_fn, apply_fn, kernel_op)` a stax layer.
+
+  The kernel op must have been decorated with `@requires` (or be the
+  `kernel_fn` of another layer). The returned layer's `kernel_fn` is the
+  public one (see `public_kernel_fn`), named after the layer.
+  """
+
+  @functools.wraps(layer_fn)
+  def new_layer_fn(*args, **kwargs):
+    init_fn, apply_fn, kernel_op = layer_fn(*args, **kwargs)
+    kernel_op = getattr(kernel_op, 'kernel_op', kernel_op)
+    if not hasattr(kernel_op, 'allowed_fn'):
+      raise TypeError(
+          f'The kernel function of `{layer_fn.__name__}` must be decorated '
+          'with `@requires(...)` so that its input representation can be '
+          'resolved.')
+    kernel_fn = public_kernel_fn(kernel_op)
+    for fn in (init_fn, apply_fn, kernel_fn):
+      fn.__name__ = fn.__qualname__ = layer_fn.__name__
+      fn.layer_args = (args, kwargs)
+    return init_fn, apply_fn, kernel_fn
+
+  return new_layer_fn
+
+
+def kernel_op_of(kernel_fn: Callable) -> Callable:
+  """The `Kernel -> Kernel` op behind a public `kernel_fn`."""
+  return getattr(kernel_fn, 'kernel_op', kernel_fn)

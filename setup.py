@@ -1,0 +1,59 @@
+"""Installs `neural_tangents`, a maintained fork of Neural Tangents for current JAX."""
+import os
+
+import setuptools
+
+
+def _version() -> str:
+  path = os.path.join(os.path.dirname(__file__), 'neural_tangents',
+                      '__init__.py')
+  with open(path) as f:
+    for line in f:
+      if line.startswith('__version__'):
+        return line.split('=')[1].strip().strip('\'"')
+  raise RuntimeError('`__version__` not found in neural_tangents/__init__.py.')
+
+
+INSTALL_REQUIRES = [
+    'absl-py>=1.0',
+    'frozendict>=2.3',
+    'jax>=0.6',
+    'jaxlib>=0.6',
+    'numpy>=1.24',
+    'scipy>=1.10',
+]
+
+TESTS_REQUIRE = [
+    'flax>=0.10',
+    'pytest>=7',
+    'pytest-xdist>=3',
+    'tqdm>=4',
+]
+
+EXAMPLES_REQUIRE = [
+    'scikit-learn>=1.2',
+]
+
+setuptools.setup(
+    name='neural-tangents',
+    version=_version(),
+    license='Apache 2.0',
+    description=('Fast and easy infinite neural networks in Python, '
+                 'maintained for current JAX.'),
+    long_description=open('README.md').read(),
+    long_description_content_type='text/markdown',
+    packages=setuptools.find_packages(exclude=('tests', 'tests.*',
+                                               'examples', 'benchmarks')),
+    python_requires='>=3.11',
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        'test': TESTS_REQUIRE,
+        'examples': EXAMPLES_REQUIRE,
+        'progress': ['tqdm>=4'],
+    },
+    classifiers=[
+        'Programming Language :: Python :: 3',
+        'License :: OSI Approved :: Apache Software License',
+        'Topic :: Scientific/Engineering :: Artificial Intelligence',
+    ],
+)
