@@ -12,7 +12,11 @@ from neural_tangents._src.stax.branching import FanInProd
 from neural_tangents._src.stax.branching import FanInSum
 from neural_tangents._src.stax.branching import FanOut
 from neural_tangents._src.stax.combinators import parallel
+from neural_tangents._src.stax.combinators import repeat
+from neural_tangents._src.stax.combinators import repeat_params_to_serial
+from neural_tangents._src.stax.combinators import RepeatParams
 from neural_tangents._src.stax.combinators import serial
+from neural_tangents._src.stax.combinators import serial_params_to_repeat
 from neural_tangents._src.stax.elementwise import Erf
 from neural_tangents._src.stax.elementwise import Relu
 from neural_tangents._src.stax.linear import Dense

@@ -130,3 +130,28 @@ def _pair_jac(j1, j2, out_ndim):
   p_axes = tuple(range(out_ndim, j1.ndim))
   out = jnp.tensordot(j1, j2, axes=(p_axes, p_axes))
   return _interleave_pairs(out, out_ndim - 1)
+
+
+def relative_error(actual, expected) -> float:
+  """Max absolute error relative to the largest entry of `expected`."""
+  actual, expected = np.asarray(actual), np.asarray(expected)
+  return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
+
+
+def monte_carlo_errors(init_fn, apply_fn, kernel_fn, x1, x2, key=None,
+                       n_nngp=256, n_ntk=64, batch_size=16, **kernel_kwargs):
+  """Relative errors of the analytic NNGP and NTK against Monte Carlo.
+
+  The NNGP estimate (forward passes only) is cheap, so it uses more samples
+  than the NTK's (Jacobians).
+
+  Returns:
+    `(nngp_error, ntk_error)` as `relative_error(monte_carlo, analytic)`.
+  """
+  key = jax.random.PRNGKey(0) if key is None else key
+  k = kernel_fn(x1, x2, ('nngp', 'ntk'), **kernel_kwargs)
+  nngp, _ = monte_carlo_kernels(init_fn, apply_fn, x1, x2, n_nngp, key,
+                                compute_ntk=False, batch_size=4 * batch_size)
+  _, ntk = monte_carlo_kernels(init_fn, apply_fn, x1, x2, n_ntk, key,
+                               batch_size=batch_size)
+  return relative_error(nngp, k.nngp), relative_error(ntk, k.ntk)

@@ -1,0 +1,254 @@
+"""Tests of `serial`, `parallel` and `repeat` (against `serial`)."""
+import itertools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import random
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents import stax
+from neural_tangents._src.stax import combinators
+import test_utils
+
+jax.config.update('jax_enable_x64', True)
+
+_GETS = ('nngp', 'ntk', 'cov1', 'cov2')
+
+
+@stax.layer
+def _Noise(scale: float = 0.1):
+  """Adds `scale * N(0, 1)` noise drawn from `rng=`: a layer with randomness."""
+  def apply_fn(params, x, rng=None, **kwargs):
+    return x + scale * random.normal(rng, x.shape)
+
+  @stax.requires()
+  def kernel_fn(k, **kwargs):
+    return k
+
+  return lambda rng, s: (s, ()), apply_fn, kernel_fn
+
+
+def _dense():
+  return stax.Dense(16, W_std=1.3, b_std=0.2)
+
+
+_BLOCKS = {
+    'identity': lambda: stax.Identity(),
+    'dense': lambda: _dense(),
+    'dense_relu': lambda: stax.serial(_dense(), stax.Relu()),
+    'dense_relu_dense': lambda: stax.serial(_dense(), stax.Relu(), _dense()),
+    # Reads 5 input features first: shapes change at the first application.
+    'shape_changing': lambda: stax.serial(stax.Dense(16, 1.5, 0.1),
+                                          stax.Erf()),
+    'noise': lambda: stax.serial(_dense(), _Noise()),
+}
+
+
+def _inputs(shape1=(3, 5), shape2=(2, 5)):
+  return (random.normal(random.PRNGKey(1), shape1),
+          2 * random.normal(random.PRNGKey(2), shape2))
+
+
+class RepeatTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.parameters(itertools.product(
+      sorted(_BLOCKS), (0, 1, 2, 3, 7)))
+  def test_repeat_matches_serial(self, block_name, n):
+    block = _BLOCKS[block_name]()
+    # Blocks that keep the width need the input width to be a fixed point.
+    d = 5 if block_name == 'shape_changing' else 16
+    x1, x2 = _inputs((3, d), (2, d))
+    r_init, r_apply, r_kernel = stax.repeat(block, n)
+    s_init, s_apply, s_kernel = stax.serial(*[block] * n, fold_repeats=False)
+
+    for x2_ in (None, x2):
+      k_r, k_s = r_kernel(x1, x2_), s_kernel(x1, x2_)
+      for get in _GETS:
+        self.assertAllClose(getattr(k_r, get), getattr(k_s, get),
+                            msg=f'{get}, x2={x2_ is not None}')
+      self.assertEqual(k_r.shape1, k_s.shape1)
+      self.assertEqual(k_r.is_gaussian, k_s.is_gaussian)
+
+    key = random.PRNGKey(3)
+    shape_r, params_r = r_init(key, (-1, d))
+    shape_s, params_s = s_init(key, (-1, d))
+    self.assertEqual(shape_r, shape_s)
+    self.assertAllClose(stax.repeat_params_to_serial(params_r, n), params_s)
+    rng = random.PRNGKey(4)
+    self.assertAllClose(r_apply(params_r, x1, rng=rng),
+                        s_apply(params_s, x1, rng=rng))
+
+  def test_params_are_stacked(self):
+    init_fn, _, _ = stax.repeat(stax.serial(_dense(), stax.Relu()), 4)
+    _, params = init_fn(random.PRNGKey(0), (-1, 16))
+    (W, b), relu_params = params
+    self.assertEqual(W.shape, (4, 16, 16))
+    self.assertEqual(b.shape, (4, 1, 16))
+    self.assertEqual(relu_params, ())
+
+  def test_shape_changing_params(self):
+    init_fn, apply_fn, _ = stax.repeat(stax.serial(stax.Dense(32),
+                                                   stax.Relu()), 10)
+    out_shape, params = init_fn(random.PRNGKey(0), (-1, 784))
+    self.assertEqual(out_shape, (-1, 32))
+    self.assertIsInstance(params, stax.RepeatParams)
+    self.assertEqual(params.first[0][0].shape, (784, 32))
+    self.assertEqual(params.rest[0][0].shape, (9, 32, 32))
+    self.assertEqual(apply_fn(params, jnp.ones((2, 784))).shape, (2, 32))
+
+  @parameterized.parameters(1, 2, 5)
+  def test_param_conversion_round_trips(self, n):
+    for d, block in ((16, _BLOCKS['dense_relu']()),
+                     (5, _BLOCKS['shape_changing']())):
+      _, params = stax.serial(*[block] * n)[0](random.PRNGKey(0), (-1, d))
+      stacked = stax.serial_params_to_repeat(params)
+      self.assertAllClose(stax.repeat_params_to_serial(stacked, n), params)
+      _, params_r = stax.repeat(block, n)[0](random.PRNGKey(0), (-1, d))
+      self.assertAllClose(stax.serial_params_to_repeat(
+          stax.repeat_params_to_serial(params_r, n)), params_r)
+
+  def test_rng_gives_independent_keys_per_iteration(self):
+    _, apply_fn, _ = stax.repeat(_Noise(1.), 3)
+    x = jnp.zeros((1, 1000))
+    y = apply_fn((), x, rng=random.PRNGKey(0))
+    # Three independent N(0, 1) draws sum to variance 3 (identical keys: 9).
+    self.assertAllClose(float(jnp.var(y)), 3., rtol=0.15, atol=0)
+
+  def test_spatial_and_diagonal_representations(self):
+    block = stax.serial(_dense(), stax.Relu())
+    x1, x2 = _inputs((2, 3, 16), (3, 3, 16))
+    r_kernel = stax.repeat(block, 3)[2]
+    s_kernel = stax.serial(*[block] * 3, fold_repeats=False)[2]
+    for kwargs in (dict(diagonal_spatial=True), dict(diagonal_spatial=False),
+                   dict(diagonal_batch=False)):
+      k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
+      for get in _GETS:
+        self.assertAllClose(getattr(k_r, get), getattr(k_s, get),
+                            msg=f'{get}, {kwargs}')
+
+  def test_jit_vmap_grad(self):
+    block = stax.serial(_dense(), stax.Relu())
+    _, _, r_kernel = stax.repeat(block, 5)
+    _, _, s_kernel = stax.serial(*[block] * 5, fold_repeats=False)
+    x1, x2 = _inputs((3, 16), (2, 16))
+    f_r = lambda x: r_kernel(x, x2, 'ntk')
+    f_s = lambda x: s_kernel(x, x2, 'ntk')
+    self.assertAllClose(jax.jit(f_r)(x1), f_s(x1))
+    xs = jnp.stack([x1, 2 * x1])
+    self.assertAllClose(jax.vmap(f_r)(xs), jax.vmap(f_s)(xs))
+    g_r = jax.grad(lambda x: f_r(x).sum())(x1)
+    self.assertFinite(g_r)
+    self.assertAllClose(g_r, jax.grad(lambda x: f_s(x).sum())(x1))
+
+  def test_kernel_compiles_as_one_scan(self):
+    block = stax.serial(_dense(), stax.Relu())
+    x = jnp.ones((2, 16))
+    n_eqns = [len(jax.make_jaxpr(lambda a: stax.repeat(block, n)[2](
+        a, None, 'ntk'))(x).jaxpr.eqns) for n in (3, 300)]
+    self.assertEqual(n_eqns[0], n_eqns[1])
+
+  def test_layer_that_keeps_changing_raises(self):
+    # Doubles its channels at every application.
+    doubling = stax.serial(stax.FanOut(2),
+                           stax.parallel(stax.Identity(), stax.Identity()),
+                           stax.FanInConcat())
+    x = jnp.ones((2, 3))
+    with self.assertRaisesRegex(ValueError, r'`repeat` cannot scan this layer.*'
+                                r'shape1.*Use `stax.serial\(\*\[layer\] \* n\)'):
+      stax.repeat(doubling, 3)[2](x, None)
+    with self.assertRaisesRegex(ValueError, r'`repeat` cannot scan this layer.*'
+                                r'output shape still changes'):
+      stax.repeat(doubling, 3)[0](random.PRNGKey(0), (-1, 3))
+    with self.assertRaisesRegex(ValueError, r'`repeat` cannot scan'):
+      stax.repeat(stax.FanOut(2), 2)[2](x, None)
+
+  def test_invalid_arguments_raise(self):
+    with self.assertRaisesRegex(ValueError, '`n` must be a non-negative int'):
+      stax.repeat(_dense(), -1)
+    with self.assertRaisesRegex(TypeError, '`n` must be a non-negative int'):
+      stax.repeat(_dense(), 2.)
+    with self.assertRaisesRegex(TypeError, r'`repeat` takes a layer'):
+      stax.repeat(stax.Dense, 2)
+
+
+class FoldedSerialTest(test_utils.NeuralTangentsTestCase):
+
+  def test_fold_runs_groups_repeated_blocks(self):
+    a, b, c = object(), object(), object()
+    segments = combinators.fold_runs([c] + [a, b] * 4 + [a] * 3 + [c])
+    self.assertEqual([count for _, count in segments], [1, 4, 3, 1])
+
+  @parameterized.parameters(
+      ('same_object', lambda d, r: [stax.serial(d, r)] * 6),
+      ('same_sequence', lambda d, r: [d, r] * 6),
+      ('mixed', lambda d, r: [stax.Dense(16)] + [d, r] * 3 + [d] * 3),
+  )
+  def test_folded_matches_unfolded(self, name, make_layers):
+    layers = make_layers(_dense(), stax.Relu())
+    x1, x2 = _inputs((3, 16), (2, 16))
+    folded = stax.serial(*layers)[2](x1, x2)
+    unfolded = stax.serial(*layers, fold_repeats=False)[2](x1, x2)
+    for get in _GETS:
+      self.assertAllClose(getattr(folded, get), getattr(unfolded, get),
+                          msg=get)
+    n_eqns = lambda fold: len(jax.make_jaxpr(lambda a: stax.serial(
+        *layers, fold_repeats=fold)[2](a, None, 'ntk'))(x1).jaxpr.eqns)
+    self.assertLess(n_eqns(True), n_eqns(False))
+
+  def test_folding_falls_back_when_not_a_fixed_point(self):
+    doubling = stax.serial(stax.FanOut(2),
+                           stax.parallel(stax.Identity(), stax.Identity()),
+                           stax.FanInConcat())
+    x = jnp.ones((2, 3))
+    k = stax.serial(*[doubling] * 3)[2](x, None)
+    self.assertEqual(k.shape1, (2, 24))
+
+
+class SerialParallelTest(test_utils.NeuralTangentsTestCase):
+
+  def test_serial_params_and_rng(self):
+    init_fn, apply_fn, _ = stax.serial(_dense(), _Noise(), _Noise())
+    _, params = init_fn(random.PRNGKey(0), (-1, 5))
+    self.assertIsInstance(params, list)
+    self.assertLen(params, 3)
+    x = jnp.ones((2, 5))
+    y1 = apply_fn(params, x, rng=random.PRNGKey(1))
+    y2 = apply_fn(params, x, rng=random.PRNGKey(2))
+    self.assertGreater(float(jnp.abs(y1 - y2).max()), 0)
+
+  @parameterized.parameters(tuple, list)
+  def test_parallel_keeps_container_type(self, container):
+    init_fn, apply_fn, kernel_fn = stax.parallel(_dense(), stax.Identity())
+    shapes = container([(-1, 5), (-1, 4)])
+    out_shapes, params = init_fn(random.PRNGKey(0), shapes)
+    self.assertIsInstance(out_shapes, container)
+    self.assertEqual(list(out_shapes), [(-1, 16), (-1, 4)])
+    xs = container([jnp.ones((2, 5)), jnp.ones((2, 4))])
+    out = apply_fn(params, xs)
+    self.assertIsInstance(out, container)
+    self.assertEqual([o.shape for o in out], [(2, 16), (2, 4)])
+    ks = kernel_fn(xs, None, 'nngp')
+    self.assertIsInstance(ks, container)
+    self.assertEqual([k.shape for k in ks], [(2, 2), (2, 2)])
+    self.assertAllClose(ks[1], jnp.ones((2, 2)))
+
+  def test_parallel_wrong_number_of_inputs_raises(self):
+    init_fn, _, _ = stax.parallel(_dense(), stax.Identity())
+    with self.assertRaisesRegex(ValueError, '`parallel` of 2 layers needs.*'
+                                'FanOut'):
+      init_fn(random.PRNGKey(0), [(-1, 5)])
+
+  def test_init_shapes_match_apply_shapes(self):
+    init_fn, apply_fn, _ = stax.serial(
+        stax.Dense(7), stax.FanOut(2), stax.parallel(stax.Relu(),
+                                                     stax.Dense(3)),
+        stax.FanInConcat(), stax.Flatten(), stax.Dense(2))
+    out_shape, params = init_fn(random.PRNGKey(0), (-1, 4, 5))
+    self.assertEqual(out_shape, (-1, 2))
+    self.assertEqual(apply_fn(params, jnp.ones((3, 4, 5))).shape, (3, 2))
+
+
+if __name__ == '__main__':
+  absltest.main()
