@@ -36,7 +36,6 @@ Example:
   ...     return k.replace(nngp=c**2 * k.nngp, cov1=c**2 * k.cov1, ...)
   ...   return init_fn, apply_fn, kernel_fn
 """
-import collections
 import dataclasses
 import enum
 import functools
@@ -46,7 +45,11 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from neural_tangents._src.stax import masking
+# `supports_masking` is defined with the rest of masking; re-exported here.
+from neural_tangents._src.stax.masking import supports_masking  # pylint: disable=unused-import
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
 GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
@@ -133,26 +136,6 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
   return decorator
 
 
-def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
-  """Declares that a layer handles masked inputs.
-
-  Masking (inputs given as `MaskedArray` or with `mask_constant=`) is
-  implemented by the spatial-layers module; this decorator records on the
-  layer's `apply_fn` and `kernel_fn` whether the kernel needs to be re-masked
-  after the layer.
-  """
-  def decorator(layer_fn: Callable) -> Callable:
-    @functools.wraps(layer_fn)
-    def new_layer_fn(*args, **kwargs):
-      init_fn, apply_fn, kernel_fn = layer_fn(*args, **kwargs)
-      for fn in (apply_fn, kernel_fn):
-        fn.supports_masking = True
-        fn.remask_kernel = remask_kernel
-      return init_fn, apply_fn, kernel_fn
-    return new_layer_fn
-  return decorator
-
-
 # -----------------------------------------------------------------------------
 # The public `kernel_fn`.
 
@@ -175,11 +158,6 @@ def validate_get(get: Any) -> Optional[tuple[str, ...]]:
   return tuple(names)
 
 
-@functools.lru_cache(maxsize=None)
-def _get_namedtuple(names: tuple[str, ...]) -> type:
-  return collections.namedtuple('Kernel', names)
-
-
 def _select(k: Any, get: Any) -> Any:
   """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
   names = validate_get(get)
@@ -200,7 +178,7 @@ def _select(k: Any, get: Any) -> Any:
 
   if isinstance(get, str):
     return field(get)
-  return _get_namedtuple(names)(*(field(name) for name in names))
+  return utils.get_namedtuple(names)(*(field(name) for name in names))
 
 
 def _move_to_standard_layout(x: jax.Array, batch_axis: int,
@@ -270,21 +248,32 @@ def _check_input(x: Any, name: str) -> jax.Array:
 def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
                      diagonal_batch: bool, diagonal_spatial: bool,
                      compute_ntk: bool, batch_axis: int = 0,
-                     channel_axis: int = -1) -> Kernel:
+                     channel_axis: int = -1,
+                     mask_constant: Optional[float] = None) -> Kernel:
   """The `Kernel` of raw inputs (the covariance a `Dense` layer sees).
 
+  Masked inputs (`MaskedArray`s, or entries equal to `mask_constant`) are
+  zeroed before computing covariances, and their masks stored in `mask1` /
+  `mask2` (see `masking`).
+
   Args:
-    x1: inputs, `(N1, ..., C)` with batch and channel axes as given.
+    x1: inputs, `(N1, ..., C)` with batch and channel axes as given, or a
+      `MaskedArray`.
     x2: inputs or `None` for `x1`.
     diagonal_batch: keep only the batch diagonal of `cov1` / `cov2`.
     diagonal_spatial: keep only the spatial diagonal.
     compute_ntk: whether to track the NTK (starts at zero).
     batch_axis: batch axis of the inputs.
     channel_axis: channel axis of the inputs.
+    mask_constant: if not `None`, input entries equal to it are masked.
 
   Returns:
     The input `Kernel`.
   """
+  x1, mask1 = masking.split(masking.get_masked_array(x1, mask_constant, 'x1'))
+  x2, mask2 = masking.split(masking.get_masked_array(x2, mask_constant, 'x2'))
+  if x2 is None:
+    mask2 = mask1
   x1 = _check_input(x1, 'x1')
   if x2 is not None:
     x2 = _check_input(x2, 'x2')
@@ -312,6 +301,8 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
       ntk=jnp.zeros_like(nngp) if compute_ntk else None,
       cov1=cov1,
       cov2=cov2,
+      mask1=mask1,
+      mask2=mask2,
       x1_is_x2=x2 is None,
       is_gaussian=False,
       is_reversed=False,
@@ -463,12 +454,15 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       diagonal_batch: return `cov1`/`cov2` as the batch diagonal only.
       diagonal_spatial: return only the spatial diagonal of the covariances,
         `(N1, N2, S_1, ..., S_d)` instead of `(N1, N2, S_1, S_1, ...)`.
-      **kwargs: passed to the layers (e.g. `pattern=` for `Aggregate`).
+      **kwargs: `mask_constant=` (input entries equal to it are masked, see
+        `masking`); the rest is passed to the layers (e.g. `pattern=` for
+        `Aggregate`).
 
     Returns:
       What `get` asks for.
     """
     names = validate_get(get)
+    mask_constant = kwargs.pop('mask_constant', None)
     if _is_kernel_tree(x1_or_kernel):
       return _select(kernel_op(x1_or_kernel, **kwargs), get)
 
@@ -486,7 +480,8 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
           diagonal_spatial=allowed.diagonal_spatial,
           compute_ntk=compute_ntk,
           batch_axis=axes[0],
-          channel_axis=axes[1])
+          channel_axis=axes[1],
+          mask_constant=mask_constant)
 
     if isinstance(x1_or_kernel, (list, tuple)):
       x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
@@ -532,7 +527,12 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
           f'The kernel function of `{layer_fn.__name__}` must be decorated '
           'with `@requires(...)` so that its input representation can be '
           'resolved.')
+    # Every layer takes `mask_constant=`, and one that does not declare
+    # `@supports_masking` refuses masked inputs instead of mishandling them.
+    apply_fn = masking.check_apply_masking(apply_fn, layer_fn.__name__)
+    kernel_op = masking.check_kernel_masking(kernel_op, layer_fn.__name__)
     kernel_fn = public_kernel_fn(kernel_op)
+    kernel_fn.supports_masking = kernel_op.supports_masking
     for fn in (init_fn, apply_fn, kernel_fn):
       fn.__name__ = fn.__qualname__ = layer_fn.__name__
       fn.layer_args = (args, kwargs)
