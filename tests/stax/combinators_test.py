@@ -8,6 +8,7 @@ from jax import random
 import jax.numpy as jnp
 import numpy as np
 
+import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import combinators
 import test_utils
@@ -43,6 +44,16 @@ _BLOCKS = {
     'shape_changing': lambda: stax.serial(stax.Dense(16, 1.5, 0.1),
                                           stax.Erf()),
     'noise': lambda: stax.serial(_dense(), _Noise()),
+    'dropout': lambda: stax.serial(_dense(), stax.Dropout(0.8)),
+}
+
+# Convolutional blocks, on (N, H, W, C) inputs with 4 channels.
+_CONV_BLOCKS = {
+    'conv_relu_same': lambda: stax.serial(
+        stax.Conv(4, (3, 3), padding='SAME', W_std=1.3, b_std=0.1),
+        stax.Relu()),
+    'conv_circular': lambda: stax.Conv(4, (2, 3), padding='CIRCULAR',
+                                       W_std=1.2),
 }
 
 
@@ -79,6 +90,49 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
     rng = random.PRNGKey(4)
     self.assertAllClose(r_apply(params_r, x1, rng=rng),
                         s_apply(params_s, x1, rng=rng))
+
+  @parameterized.parameters(itertools.product(sorted(_CONV_BLOCKS), (0, 1, 3)))
+  def test_repeat_matches_serial_on_conv_blocks(self, block_name, n):
+    block = _CONV_BLOCKS[block_name]()
+    x1, x2 = _inputs((2, 5, 4, 4), (3, 5, 4, 4))
+    r_init, r_apply, r_kernel = stax.repeat(block, n)
+    s_init, s_apply, s_kernel = stax.serial(*[block] * n, fold_repeats=False)
+    for kwargs in (dict(diagonal_spatial=False), dict(diagonal_spatial=True)):
+      k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
+      for get in _GETS:
+        self.assertAllClose(getattr(k_r, get), getattr(k_s, get),
+                            msg=f'{get}, {kwargs}')
+    _, params_r = r_init(random.PRNGKey(3), (-1, 5, 4, 4))
+    _, params_s = s_init(random.PRNGKey(3), (-1, 5, 4, 4))
+    self.assertAllClose(r_apply(params_r, x1), s_apply(params_s, x1))
+
+  @parameterized.parameters(None, 0)
+  def test_empirical_ntk_of_repeat_matches_jacobian(self, vmap_axes):
+    _, apply_fn, _ = net = stax.serial(
+        stax.Dense(16), stax.repeat(stax.serial(_dense(), stax.Relu()), 3),
+        stax.Dense(2))
+    x1, x2 = _inputs((3, 5), (2, 5))
+    _, params = net[0](random.PRNGKey(0), (-1, 5))
+    jac = lambda x: [j.reshape(j.shape[:2] + (-1,)) for j in
+                     jax.tree_util.tree_leaves(jax.jacobian(apply_fn)(params,
+                                                                      x))]
+    expected = sum(jnp.einsum('iap,jbp->ijab', a, b)
+                   for a, b in zip(jac(x1), jac(x2)))
+    for implementation in nt.NtkImplementation:
+      ntk = nt.empirical_ntk_fn(apply_fn, trace_axes=(), vmap_axes=vmap_axes,
+                                implementation=implementation)(x1, x2, params)
+      self.assertAllClose(ntk, expected, msg=str(implementation))
+
+  def test_monte_carlo_of_repeat_matches_serial(self):
+    block = stax.serial(_dense(), stax.Relu())
+    x1, x2 = _inputs((3, 5), (2, 5))
+    kernels = []
+    for net in (stax.repeat(block, 3), stax.serial(*[block] * 3)):
+      init_fn, apply_fn, _ = stax.serial(stax.Dense(16), net, stax.Dense(3))
+      mc = nt.monte_carlo_kernel_fn(init_fn, apply_fn, random.PRNGKey(0), 4,
+                                    vmap_axes=0)
+      kernels.append(mc(x1, x2, ('nngp', 'ntk')))
+    self.assertAllClose(kernels[0], kernels[1])
 
   def test_params_are_stacked(self):
     init_fn, _, _ = stax.repeat(stax.serial(_dense(), stax.Relu()), 4)
