@@ -1,0 +1,940 @@
+"""Batching kernel computations over blocks of inputs: `batch`.
+
+A kernel between inputs `x1` (`N1` examples) and `x2` (`N2` examples) is a
+block matrix of the kernels between their blocks. Splitting `x1` into blocks
+`x1_1, ..., x1_B1` and `x2` into `x2_1, ..., x2_B2`,
+
+  K(x1, x2) = [ K(x1_i, x2_j) ]_{i, j},
+
+so the full kernel is assembled from `B1 * B2` small computations, each of
+which fits in memory, and which can run on several devices at once. With
+`x2=None` the kernel is symmetric,
+
+  K(x1_j, x1_i) = K(x1_i, x1_j)^T
+
+(the transpose swapping the two batch axes and each interleaved pair of
+spatial axes `(S_k, S_k')`), so only the blocks on and above the diagonal are
+computed.
+
+Example:
+  >>> import neural_tangents as nt
+  >>> from neural_tangents import stax
+  >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+  ...                               stax.Dense(1))
+  >>> batched_kernel_fn = nt.batch(kernel_fn, batch_size=256)
+  >>> batched_kernel_fn(x1, x2, 'ntk')  # == kernel_fn(x1, x2, 'ntk')
+"""
+import dataclasses
+import enum
+import functools
+import math
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
+import numpy as np
+
+from neural_tangents._src.stax import requirements
+from neural_tangents._src.utils.kernel import Kernel
+
+# Name of the mesh axis that blocks are spread over.
+_DEVICES = 'devices'
+
+# Keyword arguments that are never split with the blocks: a random key is
+# shared by every block, as by the unbatched call.
+_SHARED_KWARGS = frozenset({'rng'})
+
+# Keyword arguments that describe the representation asked for; they are
+# static (Python bools / strings) and never split.
+_REPRESENTATION_KWARGS = frozenset({'get', 'diagonal_batch',
+                                    'diagonal_spatial'})
+
+
+def batch(kernel_fn: Callable[..., Any],
+          batch_size: int = 0,
+          device_count: int = -1,
+          store_on_device: bool = True,
+          *,
+          progress: bool = False) -> Callable[..., Any]:
+  """Computes a kernel function on blocks of its inputs and assembles them.
+
+  `batch(kernel_fn)(x1, x2, *args, **kwargs)` returns what
+  `kernel_fn(x1, x2, *args, **kwargs)` returns (a `Kernel`, an array, a
+  namedtuple of arrays, or lists of these), computed from blocks of
+  `batch_size` examples of `x1` by `batch_size` examples of `x2`:
+  `K(x1, x2) = [K(x1_i, x2_j)]_{ij}`. Works for analytic kernel functions
+  (`kernel_fn(x1, x2, get, **kwargs)` of `stax` layers), empirical ones
+  (`kernel_fn(x1, x2, get, params, **kwargs)`) and Monte Carlo ones.
+
+  How the output is assembled:
+
+  * `nngp`, `ntk` (and every array output that is not a `cov1`/`cov2`):
+    blocks tiled in the `(N1, N2, ...)` layout. With `x2=None` only blocks
+    `i <= j` are computed (the diagonal ones with `x2=None`) and the others
+    are their transposes (the batch axes and each interleaved spatial pair
+    swapped). For kernel functions whose output layout is not known to be the
+    analytic one (e.g. empirical kernels with untraced output axes), blocks
+    below the diagonal are computed rather than transposed.
+  * `cov1` / `cov2`: batch-diagonal `(N, ...)` ones are concatenated from the
+    blocks of `x1` / `x2`. Full ones (`diagonal_batch=False`), `(N, N, ...)`,
+    are the NNGP of `x1` (resp. `x2`) with itself, computed blockwise.
+  * `mask1` / `mask2`: concatenated along the batch axis; `shape1` / `shape2`
+    carry the full batch sizes; other attributes are those of the unbatched
+    call.
+
+  Block sizes that do not divide `N1` / `N2` work: the last block is padded
+  by repeating the last example, and the padded rows are cut from the result.
+
+  Keyword arguments (and extra positional ones) are split with the blocks or
+  shared by all of them according to this rule:
+
+  * `rng`, PRNG keys, and anything that is not an array are shared.
+  * A pair `(a1, a2)` (tuple or list) of arrays (or `None`) with leading
+    dimensions `N1` and `N2` is per example of `x1` and `x2` (e.g. the
+    `pattern=(pattern1, pattern2)` of graph layers): `a1` is split with the
+    blocks of `x1`, `a2` with those of `x2`. With `x2=None`, an `a2` of
+    `None` stands for `a1`.
+  * A single array whose leading dimension is `N1` (and `N2`, if `x2` is
+    given) is per example of both inputs: it is split with the blocks,
+    passed as `a_i` to the diagonal blocks `(x1_i, None)` of a symmetric
+    computation (`x2=None`) and as the pair `(a_i, a_j)` to every other block
+    `(x1_i, x2_j)`.
+  * Any other array (params, an array whose leading dimension is not the
+    batch size) is shared. Positional arguments after `x2` are always shared.
+
+  Each block is computed by `jax.jit(kernel_fn)` (also with `batch_size=0`,
+  as one block), so `kernel_fn` must be traceable (all kernel functions of
+  this library are); non-array arguments are static. Called inside a trace
+  (e.g. under `jax.jit`), blocks stay traced values: no host storage and no
+  device placement of their own.
+
+  Args:
+    kernel_fn: a kernel function `kernel_fn(x1, x2=None, *args, **kwargs)`.
+    batch_size: number of examples of `x1` (and of `x2`) per block; `0`
+      computes the kernel in one call (no batching).
+    device_count: number of local devices to spread blocks over, `-1` for all
+      of them. Blocks are stacked and sharded over a 1-D `Mesh` of devices
+      with `jax.shard_map`, one block per device at a time. `0` or `1` uses
+      the default device only.
+    store_on_device: whether to keep the assembled kernel on the device;
+      `False` moves each finished block to host memory (numpy arrays), so the
+      kernel may be larger than device memory.
+    progress: whether to show a `tqdm` progress bar of the blocks done
+      (requires the optional `tqdm` package).
+
+  Returns:
+    A function with the signature and outputs of `kernel_fn`. Its inputs
+    `x1`, `x2` are arrays (or lists/tuples of arrays for networks with several
+    inputs) split along their batch axis (the `batch_axis` the network
+    declares, `0` otherwise).
+
+  Raises:
+    ValueError: if `batch_size` is negative or `device_count` is out of range.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> kernel_fn = nt.batch(kernel_fn, batch_size=128, store_on_device=False)
+    >>> k = kernel_fn(x_train, None, 'ntk')  # numpy (N, N), built 128 x 128
+  """
+  _check_batch_size(batch_size)
+  devices = _devices(device_count)
+  if not isinstance(store_on_device, (bool, np.bool_)):
+    raise TypeError(f'`store_on_device` must be a bool; got '
+                    f'{store_on_device!r}. Pass True or False.')
+  if progress:
+    _tqdm()  # Fails now, not in the middle of a computation.
+  return _batched(kernel_fn, batch_size or None, devices,
+                  bool(store_on_device), progress)
+
+
+def _batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
+             devices: Sequence[Any], store_on_device: bool,
+             progress: bool) -> Callable[..., Any]:
+  """`batch` without argument checks; `batch_size=None` is one block."""
+  block_fn = _BlockFunction(kernel_fn, devices)
+
+  @functools.wraps(kernel_fn)
+  def batched_kernel_fn(x1_or_kernel: Any, x2: Any = None, *args,
+                        **kwargs) -> Any:
+    # pylint: disable-next=protected-access
+    if requirements._is_kernel_tree(x1_or_kernel):
+      raise TypeError(
+          'A batched kernel function splits input arrays into blocks; got a '
+          '`Kernel` as `x1`. Call it on the inputs `x1`, `x2` (or use the '
+          'unbatched `kernel_fn` on kernels).')
+    computation = _Computation(kernel_fn, block_fn, x1_or_kernel, x2, args,
+                               kwargs, batch_size, store_on_device, progress)
+    return computation.run()
+
+  return batched_kernel_fn
+
+
+# -----------------------------------------------------------------------------
+# Argument checks.
+
+
+def _check_batch_size(batch_size: Any) -> None:
+  if isinstance(batch_size, bool) or not isinstance(batch_size,
+                                                    (int, np.integer)):
+    raise TypeError(f'`batch_size` must be an int; got {batch_size!r}. Pass '
+                    'the number of examples per block, or 0 for no batching.')
+  if batch_size < 0:
+    raise ValueError(f'`batch_size` must be >= 0; got {batch_size}. Pass the '
+                     'number of examples per block, or 0 for no batching.')
+
+
+def _devices(device_count: Any) -> list[Any]:
+  """The local devices that `device_count` asks for."""
+  if isinstance(device_count, bool) or not isinstance(device_count,
+                                                      (int, np.integer)):
+    raise TypeError(f'`device_count` must be an int; got {device_count!r}. '
+                    'Pass -1 to use every local device.')
+  local = jax.local_devices()
+  if device_count == -1:
+    return local
+  if device_count < -1:
+    raise ValueError(f'`device_count` must be -1 (every device) or between 0 '
+                     f'and {len(local)}; got {device_count}. Pass -1 to use '
+                     'every local device.')
+  if device_count > len(local):
+    raise ValueError(
+        f'`device_count`={device_count} is larger than the {len(local)} local '
+        f'device(s) present ({jax.default_backend()}). Pass -1 to use every '
+        f'local device, or a number up to {len(local)}.')
+  return local[:max(device_count, 1)]
+
+
+def _tqdm() -> Callable[..., Any]:
+  try:
+    import tqdm  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError(
+        '`progress=True` needs the `tqdm` package, which is not installed. '
+        'Run `pip install tqdm`, or pass progress=False.') from None
+  return tqdm.tqdm
+
+
+# -----------------------------------------------------------------------------
+# Splitting arguments into static and dynamic (array) parts, for `jax.jit`.
+
+
+def _is_array(x: Any) -> bool:
+  return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
+
+
+def _is_key(x: Any) -> bool:
+  return _is_array(x) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  """The non-array part of a pytree: hashable, so a `jit` static argument."""
+  treedef: Any
+  is_array: tuple[bool, ...]
+  values: tuple[Any, ...]
+
+
+def partition_static(tree: Any) -> tuple[_Static, list[Any]]:
+  """Splits a pytree into its static part and its list of array leaves.
+
+  Args:
+    tree: any pytree (e.g. `(args, kwargs)` of a call).
+
+  Returns:
+    `(static, arrays)`, with `merge_static(static, arrays) == tree`.
+
+  Raises:
+    TypeError: if a non-array leaf is not hashable.
+  """
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  is_array = tuple(_is_array(x) for x in leaves)
+  values = tuple(None if a else x for a, x in zip(is_array, leaves))
+  try:
+    hash(values)
+  except TypeError:
+    bad = [x for x in values if not _hashable(x)]
+    raise TypeError(
+        'Arguments of a batched or Monte Carlo kernel function must be arrays '
+        f'or hashable values; got {type(bad[0]).__name__} {bad[0]!r}. Pass it '
+        'as an array or a tuple.') from None
+  return (_Static(treedef, is_array, values),
+          [x for a, x in zip(is_array, leaves) if a])
+
+
+def merge_static(static: _Static, arrays: Sequence[Any]) -> Any:
+  """Inverse of `partition_static`."""
+  arrays = iter(arrays)
+  leaves = [next(arrays) if a else v
+            for a, v in zip(static.is_array, static.values)]
+  return jax.tree_util.tree_unflatten(static.treedef, leaves)
+
+
+def _hashable(x: Any) -> bool:
+  try:
+    hash(x)
+    return True
+  except TypeError:
+    return False
+
+
+# -----------------------------------------------------------------------------
+# Which keyword arguments are split with the blocks.
+
+
+class _Split(enum.Enum):
+  SHARED = 0
+  SINGLE = 1  # One array per example of both inputs.
+  PAIR = 2  # `(per example of x1, per example of x2)`.
+
+
+def _leading_dim_is(x: Any, n: int) -> bool:
+  return (_is_array(x) and not _is_key(x) and np.ndim(x) >= 1 and
+          x.shape[0] == n)
+
+
+def _classify_kwarg(name: str, value: Any, n1: int, n2: int,
+                    symmetric: bool) -> _Split:
+  """How keyword argument `name` is split (see `batch`'s docstring)."""
+  if name in _SHARED_KWARGS or name in _REPRESENTATION_KWARGS:
+    return _Split.SHARED
+  if isinstance(value, (tuple, list)) and len(value) == 2:
+    a1, a2 = value
+    if ((a1 is not None or a2 is not None) and
+        (a1 is None or _leading_dim_is(a1, n1)) and
+        (a2 is None or _leading_dim_is(a2, n2))):
+      return _Split.PAIR
+  if _leading_dim_is(value, n1) and (symmetric or n1 == n2):
+    return _Split.SINGLE
+  return _Split.SHARED
+
+
+# -----------------------------------------------------------------------------
+# The block grid.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Grid:
+  """Blocks of `n1` x `n2` examples, `b1` x `b2` at a time.
+
+  `symmetric` is `x2=None`: then `n2 == n1`, `b2 == b1`.
+  """
+  n1: int
+  n2: int
+  b1: int
+  b2: int
+  symmetric: bool
+
+  @property
+  def nb1(self) -> int:
+    return math.ceil(self.n1 / self.b1)
+
+  @property
+  def nb2(self) -> int:
+    return math.ceil(self.n2 / self.b2)
+
+  def rows(self, i: int, side: int) -> tuple[int, int]:
+    """`(start, stop)` of block `i` of side 1 (`x1`) or 2 (`x2`), unpadded."""
+    n, b = (self.n1, self.b1) if side == 1 else (self.n2, self.b2)
+    return i * b, min((i + 1) * b, n)
+
+  def indices(self, i: int, side: int) -> np.ndarray:
+    """Example indices of block `i`, padded by repeating the last example."""
+    n, b = (self.n1, self.b1) if side == 1 else (self.n2, self.b2)
+    return np.minimum(np.arange(i * b, (i + 1) * b), n - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+  """Block `(i, j)`; `diagonal` blocks of symmetric grids get `x2=None`."""
+  i: int
+  j: int
+  diagonal: bool
+
+
+# -----------------------------------------------------------------------------
+# Roles of output leaves.
+
+
+class _Role(enum.Enum):
+  PAIR = 0  # (N1, N2, ...): nngp, ntk and other kernels between x1 and x2.
+  SELF1 = 1  # cov1
+  SELF2 = 2  # cov2
+  MASK1 = 3
+  MASK2 = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _LeafSpec:
+  """How one output leaf is assembled from blocks.
+
+  Attributes:
+    path: the leaf's path in the output pytree.
+    role: which examples the leaf is indexed by.
+    transposable: (`PAIR`) whether the transpose of block `(i, j)` is known to
+      be block `(j, i)` of a symmetric computation.
+    diagonal_spatial: (`PAIR`) whether spatial axes are single (not pairs).
+    diagonal_batch: (`SELF*`) whether the leaf is `(N, ...)`, not
+      `(N, N, ...)`.
+    axis: (`MASK*`) the batch axis of the mask.
+  """
+  path: str
+  role: _Role
+  transposable: bool = True
+  diagonal_spatial: bool = False
+  diagonal_batch: bool = True
+  axis: int = 0
+
+
+_FIELD_ROLES = {'nngp': _Role.PAIR, 'ntk': _Role.PAIR, 'cov1': _Role.SELF1,
+                'cov2': _Role.SELF2, 'mask1': _Role.MASK1,
+                'mask2': _Role.MASK2}
+
+
+def _key_name(key: Any) -> Optional[str]:
+  return getattr(key, 'name', None)
+
+
+def _leaf_specs(out: Any, get: Any, kwargs: dict[str, Any],
+                analytic: bool) -> list[_LeafSpec]:
+  """Specs of the leaves of a block's output, in `tree_leaves` order."""
+  kernels = {
+      path: k for path, k in jax.tree_util.tree_flatten_with_path(
+          out, is_leaf=lambda x: isinstance(x, Kernel))[0]
+      if isinstance(k, Kernel)}
+  default_role = (_FIELD_ROLES.get(get, _Role.PAIR) if isinstance(get, str)
+                  else _Role.PAIR)
+  specs = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+    kernel = next((k for p, k in kernels.items()
+                   if path[:len(p)] == p), None)
+    name = next((_key_name(key) for key in reversed(path)
+                 if _key_name(key) in _FIELD_ROLES), None)
+    role = _FIELD_ROLES[name] if name is not None else default_role
+    if kernel is not None:
+      diagonal_batch = kernel.diagonal_batch
+      diagonal_spatial = kernel.diagonal_spatial
+      axis = kernel.batch_axis % max(np.ndim(leaf), 1)
+      transposable = True
+    else:
+      diagonal_batch = bool(kwargs.get('diagonal_batch', True))
+      diagonal_spatial = bool(kwargs.get('diagonal_spatial', False))
+      axis = 0
+      # Outside of the analytic layout, the transpose of a kernel with more
+      # axes than the two batch axes is not known: compute those blocks.
+      transposable = analytic or np.ndim(leaf) == 2
+    specs.append(_LeafSpec(jax.tree_util.keystr(path), role, transposable,
+                           diagonal_spatial, diagonal_batch, axis))
+  return specs
+
+
+def _transpose_pair(block: Any, diagonal_spatial: bool) -> Any:
+  """`K(x_j, x_i)` from `K(x_i, x_j)`: swaps batch axes and spatial pairs."""
+  order = [1, 0]
+  n_rest = block.ndim - 2
+  if diagonal_spatial:
+    order += list(range(2, block.ndim))
+  else:
+    for s in range(n_rest // 2):
+      order += [3 + 2 * s, 2 + 2 * s]
+  return block.transpose(order)
+
+
+# -----------------------------------------------------------------------------
+# Computing blocks: jitted, one device or sharded over several.
+
+
+class _BlockFunction:
+  """`kernel_fn` on a block, jitted once per batched function.
+
+  Calls are `(static, x1, x2, split_kwargs, shared_arrays)`, with
+  `merge_static(static, shared_arrays) == (args, shared_kwargs)`.
+  """
+
+  def __init__(self, kernel_fn: Callable[..., Any], devices: Sequence[Any]):
+    self.kernel_fn = kernel_fn
+    self.devices = list(devices)
+    self.single = jax.jit(self._call, static_argnums=0)
+    if len(self.devices) > 1:
+      self.mesh = Mesh(np.array(self.devices), (_DEVICES,))
+      self.sharded = jax.jit(self._call_sharded, static_argnums=0)
+
+  def _call(self, static: _Static, x1: Any, x2: Any, split_kwargs: Any,
+            shared: Sequence[Any]) -> Any:
+    args, kwargs = merge_static(static, shared)
+    return self.kernel_fn(x1, x2, *args, **kwargs, **split_kwargs)
+
+  def _call_sharded(self, static: _Static, x1: Any, x2: Any,
+                    split_kwargs: Any, shared: Sequence[Any]) -> Any:
+    """Inputs stacked on a leading device axis: one block per device."""
+    def local(x1, x2, split_kwargs, shared):
+      first = lambda tree: jax.tree_util.tree_map(lambda x: x[0], tree)
+      out = self._call(static, first(x1), first(x2), first(split_kwargs),
+                       shared)
+      return jax.tree_util.tree_map(lambda x: x[None], out)
+
+    stacked = PartitionSpec(_DEVICES)
+    return jax.shard_map(
+        local, mesh=self.mesh,
+        in_specs=(stacked, stacked, stacked, PartitionSpec()),
+        out_specs=stacked, check_vma=False)(x1, x2, split_kwargs, shared)
+
+
+def _take(x: Any, indices: np.ndarray, axis: int) -> Any:
+  if isinstance(x, np.ndarray):
+    return np.take(x, indices, axis=axis)
+  return jnp.take(x, indices, axis=axis)
+
+
+def _stack(trees: Sequence[Any]) -> Any:
+  def stack(*xs):
+    if all(isinstance(x, np.ndarray) for x in xs):
+      return np.stack(xs)
+    return jnp.stack(xs)
+  return jax.tree_util.tree_map(stack, *trees)
+
+
+# -----------------------------------------------------------------------------
+# One batched call.
+
+
+class _Computation:
+  """Computes and assembles the blocks of one call of a batched kernel_fn."""
+
+  def __init__(self, kernel_fn, block_fn, x1, x2, args, kwargs, batch_size,
+               store_on_device, progress):
+    self.kernel_fn = kernel_fn
+    self.block_fn = block_fn
+    self.x1, self.x2 = x1, x2
+    self.args, self.kwargs = tuple(args), dict(kwargs)
+    self.batch_size = batch_size
+    self.progress = progress
+    self.symmetric = x2 is None
+
+    self.axes1 = self._batch_axes(x1)
+    self.axes2 = self.axes1 if x2 is None else self._batch_axes(x2)
+    n1 = self._count(x1, self.axes1, 'x1')
+    n2 = n1 if x2 is None else self._count(x2, self.axes2, 'x2')
+    b1 = n1 if batch_size is None else min(batch_size, n1)
+    b2 = n2 if batch_size is None else min(batch_size, n2)
+    self.grid = _Grid(n1, n2, b1, b2, self.symmetric)
+
+    traced = any(isinstance(x, jax.core.Tracer) for x in
+                 jax.tree_util.tree_leaves((x1, x2, args, kwargs)))
+    # Inside a trace (e.g. this batched function jitted, or composed with
+    # another batched function) blocks stay traced values: no host storage,
+    # no device placement of our own.
+    self.traced = traced
+    self.on_host = not store_on_device and not traced
+    self.n_devices = 1 if traced else len(block_fn.devices)
+
+    self.split = {
+        name: _classify_kwarg(name, value, n1, n2, self.symmetric)
+        for name, value in self.kwargs.items()}
+    shared_kwargs = {name: value for name, value in self.kwargs.items()
+                     if self.split[name] == _Split.SHARED}
+    self.static, self.shared = partition_static((self.args, shared_kwargs))
+    self.get = self._get()
+    self.analytic = hasattr(kernel_fn, 'kernel_op')
+
+  # --- inputs ---------------------------------------------------------------
+
+  def _batch_axes(self, x: Any) -> Any:
+    axes = requirements._broadcast_axes(  # pylint: disable=protected-access
+        getattr(self.kernel_fn, 'input_axes', None), x)
+    return jax.tree_util.tree_map(lambda a: a[0], axes,
+                                  is_leaf=lambda a: isinstance(a, tuple) and
+                                  len(a) == 2 and isinstance(a[0], int))
+
+  def _count(self, x: Any, axes: Any, name: str) -> int:
+    leaves = _leaves_with_axes(x, axes)
+    if not leaves or not all(_is_array(l) for l, _ in leaves):
+      raise TypeError(
+          f'`{name}` must be an array (or a list/tuple of arrays); got '
+          f'{type(x).__name__}. Pass inputs of shape (batch, ..., channels).')
+    counts = {l.shape[a] for l, a in leaves}
+    if len(counts) != 1:
+      raise ValueError(f'Every input in `{name}` must have the same number of '
+                       f'examples; got {sorted(counts)}.')
+    return counts.pop()
+
+  def _get(self) -> Any:
+    if 'get' in self.kwargs:
+      return self.kwargs['get']
+    if self.args and _is_get(self.args[0]):
+      return self.args[0]
+    return None
+
+  def _inputs(self, i: int, side: int) -> Any:
+    x, axes = (self.x1, self.axes1) if side == 1 or self.symmetric else (
+        self.x2, self.axes2)
+    indices = self.grid.indices(i, side)
+    # `axes` is a prefix of `x`: one axis per input, which may be a pytree
+    # (e.g. a `MaskedArray` of values and mask).
+    return jax.tree_util.tree_map(
+        lambda a, xi: jax.tree_util.tree_map(
+            lambda l: _take(l, indices, a), xi), axes, x)
+
+  def _split_kwargs(self, task: _Task) -> dict[str, Any]:
+    rows = self.grid.indices(task.i, 1)
+    cols = self.grid.indices(task.j, 2)
+    take = lambda a, idx: None if a is None else _take(a, idx, 0)
+    out = {}
+    for name, split in self.split.items():
+      value = self.kwargs[name]
+      if split == _Split.SINGLE:
+        out[name] = (take(value, rows) if task.diagonal else
+                     (take(value, rows), take(value, cols)))
+      elif split == _Split.PAIR:
+        a1, a2 = value
+        if task.diagonal:
+          out[name] = (take(a1, rows), take(a2, rows))
+        else:
+          col_source = a1 if self.symmetric and a2 is None else a2
+          out[name] = (take(a1, rows), take(col_source, cols))
+    return out
+
+  # --- running blocks --------------------------------------------------------
+
+  def _run_tasks(self, tasks: Sequence[_Task], bar: Any
+                 ) -> Iterator[tuple[_Task, Any]]:
+    """Yields `(task, output)` of every task, `n_devices` at a time."""
+    n = self.n_devices if len(tasks) > 1 else 1
+    for start in range(0, len(tasks), n):
+      chunk = list(tasks[start:start + n])
+      if n == 1:
+        task = chunk[0]
+        out = self.block_fn.single(
+            self.static, self._inputs(task.i, 1),
+            None if task.diagonal else self._inputs(task.j, 2),
+            self._split_kwargs(task), self.shared)
+        yield task, self._finish_block(out)
+      else:
+        yield from zip(chunk, self._run_sharded(chunk, n))
+      if bar is not None:
+        bar.update(len(chunk))
+
+  def _run_sharded(self, chunk: list[_Task], n: int) -> list[Any]:
+    real = len(chunk)
+    padded = chunk + [chunk[-1]] * (n - real)  # Uniform shapes per device.
+    mesh = self.block_fn.mesh
+    stacked = NamedSharding(mesh, PartitionSpec(_DEVICES))
+    put = lambda tree: jax.device_put(tree, stacked)
+    x1 = put(_stack([self._inputs(t.i, 1) for t in padded]))
+    x2 = (None if chunk[0].diagonal else
+          put(_stack([self._inputs(t.j, 2) for t in padded])))
+    split_kwargs = put(_stack([self._split_kwargs(t) for t in padded]))
+    shared = jax.device_put(self.shared, NamedSharding(mesh, PartitionSpec()))
+    out = self.block_fn.sharded(self.static, x1, x2, split_kwargs, shared)
+    if self.on_host:
+      out = jax.device_get(out)
+      return [jax.tree_util.tree_map(lambda x, t=t: x[t], out)
+              for t in range(real)]
+    default = self.block_fn.devices[0]
+    return [jax.tree_util.tree_map(
+        lambda x, t=t: jax.device_put(_shard(x, t), default), out)
+            for t in range(real)]
+
+  def _finish_block(self, out: Any) -> Any:
+    return jax.device_get(out) if self.on_host else out
+
+  # --- the whole computation -------------------------------------------------
+
+  def _tasks(self, need_lower: bool) -> tuple[list[_Task], list[_Task]]:
+    """`(diagonal tasks, other tasks)`."""
+    g = self.grid
+    if not self.symmetric:
+      return [], [_Task(i, j, False) for i in range(g.nb1)
+                  for j in range(g.nb2)]
+    diagonal = [_Task(i, i, True) for i in range(g.nb1)]
+    others = [_Task(i, j, False) for i in range(g.nb1) for j in range(g.nb1)
+              if j > i or (need_lower and j < i)]
+    return diagonal, others
+
+  def run(self) -> Any:
+    first_tasks, other_tasks = self._tasks(need_lower=False)
+    n_upper = len(first_tasks) + len(other_tasks)
+    bar = None
+    if self.progress and not self.traced:
+      bar = _tqdm()(total=n_upper, desc='kernel blocks', unit='block')
+    try:
+      return self._run(first_tasks, other_tasks, bar)
+    finally:
+      if bar is not None:
+        bar.close()
+
+  def _run(self, diagonal_tasks, other_tasks, bar) -> Any:
+    ref_tasks = diagonal_tasks if self.symmetric else other_tasks
+    outputs = self._run_tasks(ref_tasks, bar)
+    task, ref = next(outputs)
+    specs = _leaf_specs(ref, self.get, self.kwargs, self.analytic)
+    assembler = _Assembler(specs, self.grid, self.on_host)
+    need_lower = self.symmetric and not all(
+        s.transposable for s in specs if s.role == _Role.PAIR)
+    if need_lower:
+      assembler.transpose = False
+      _, other_tasks = self._tasks(need_lower=True)
+      if bar is not None:
+        bar.total = len(diagonal_tasks) + len(other_tasks)
+        bar.refresh()
+    assembler.add(task, ref)
+    for task, out in outputs:
+      assembler.add(task, out)
+    if self.symmetric:
+      for task, out in self._run_tasks(other_tasks, bar):
+        assembler.add(task, out)
+    leaves = assembler.finish()
+    leaves = self._full_covariances(specs, leaves)
+    out = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(ref),
+                                       leaves)
+    return self._fix_kernels(out)
+
+  def _full_covariances(self, specs: list[_LeafSpec],
+                        leaves: list[Any]) -> list[Any]:
+    """`(N, N, ...)` covariances of `x1`, `x2`: their NNGP with themselves."""
+    needed = {s.role for s in specs if s.role in (_Role.SELF1, _Role.SELF2)
+              and not s.diagonal_batch}
+    if not needed:
+      return leaves
+    full = {}
+    for role in sorted(needed, key=lambda r: r.value):
+      side = 1 if role == _Role.SELF1 or self.symmetric else 2
+      if side == 1 and _Role.SELF1 in full:
+        full[role] = full[_Role.SELF1]
+        continue
+      full[role] = self._nngp_with_itself(side)
+    return [full[s.role] if s.role in full and not s.diagonal_batch else leaf
+            for s, leaf in zip(specs, leaves)]
+
+  def _nngp_with_itself(self, side: int) -> Any:
+    x = self.x1 if side == 1 else self.x2
+    args, kwargs = list(self.args), dict(self.kwargs)
+    if 'get' in kwargs or not args:
+      kwargs['get'] = 'nngp'
+    else:
+      args[0] = 'nngp'
+    for name, split in self.split.items():
+      if split == _Split.PAIR:
+        kwargs[name] = (self.kwargs[name][side - 1], None)
+    return _Computation(
+        self.kernel_fn, self.block_fn, x, None, args, kwargs, self.batch_size,
+        not self.on_host, self.progress).run()
+
+  def _fix_kernels(self, out: Any) -> Any:
+    """Full batch sizes in `shape1` / `shape2` of the output `Kernel`s."""
+    def fix(k):
+      if not isinstance(k, Kernel):
+        return k
+      def full(shape, n):
+        shape = list(shape)
+        if shape:
+          shape[k.batch_axis % len(shape)] = n
+        return tuple(shape)
+      return k.replace(shape1=full(k.shape1, self.grid.n1),
+                       shape2=full(k.shape2, self.grid.n2))
+    return jax.tree_util.tree_map(fix, out,
+                                  is_leaf=lambda x: isinstance(x, Kernel))
+
+
+def _leaves_with_axes(x: Any, axes: Any) -> list[tuple[Any, int]]:
+  """`(leaf, batch axis)` for every leaf of inputs `x`."""
+  out = []
+  jax.tree_util.tree_map(
+      lambda a, xi: out.extend((l, a) for l in jax.tree_util.tree_leaves(xi)),
+      axes, x)
+  return out
+
+
+def _is_get(x: Any) -> bool:
+  """Whether a positional argument is `get` (not, e.g., `params`)."""
+  if x is None or isinstance(x, str):
+    return True
+  return (isinstance(x, (tuple, list)) and bool(x) and
+          all(isinstance(n, str) for n in x))
+
+
+def _shard(x: jax.Array, t: int) -> jax.Array:
+  """Block `t` of an array sharded one block per device, on its device."""
+  for shard in x.addressable_shards:
+    start = shard.index[0].start or 0
+    if start == t:
+      return shard.data[0]
+  return x[t]
+
+
+# -----------------------------------------------------------------------------
+# Assembling blocks.
+
+
+class _Assembler:
+  """Collects block outputs and assembles each leaf of the full output.
+
+  On host, every leaf is a preallocated numpy array written block by block,
+  so peak memory is the kernel plus one block. On device, blocks are kept
+  and concatenated by one jitted function at the end.
+  """
+
+  def __init__(self, specs: list[_LeafSpec], grid: _Grid, on_host: bool):
+    self.specs = specs
+    self.grid = grid
+    self.on_host = on_host
+    self.transpose = True  # Fill blocks below the diagonal by transposing.
+    self.host = [None] * len(specs)
+    self.blocks = [dict() for _ in specs]
+
+  def add(self, task: _Task, out: Any) -> None:
+    leaves = dict((jax.tree_util.keystr(p), x) for p, x in
+                  jax.tree_util.tree_flatten_with_path(out)[0])
+    for n, spec in enumerate(self.specs):
+      if spec.path not in leaves:
+        continue
+      block = leaves[spec.path]
+      key = self._key(spec, task)
+      if key is None:
+        continue
+      self._check_shape(spec, block)
+      if self.on_host:
+        self._write(n, spec, key, block)
+      else:
+        self.blocks[n][key] = block
+
+  def _key(self, spec: _LeafSpec, task: _Task) -> Any:
+    """Where `task`'s block of this leaf goes, or None if it is not needed."""
+    g = self.grid
+    if spec.role == _Role.PAIR:
+      return (task.i, task.j)
+    if spec.role in (_Role.SELF1, _Role.SELF2) and not spec.diagonal_batch:
+      return None  # Computed as the NNGP of the inputs with themselves.
+    first = spec.role in (_Role.SELF1, _Role.MASK1)
+    if g.symmetric:
+      return task.i if task.diagonal else None
+    if first:
+      return task.i if task.j == 0 else None
+    return task.j if task.i == 0 else None
+
+  def _check_shape(self, spec: _LeafSpec, block: Any) -> None:
+    g = self.grid
+    if spec.role == _Role.PAIR:
+      expected = (g.b1, g.b2)
+      actual = tuple(np.shape(block)[:2])
+    elif spec.role in (_Role.MASK1, _Role.MASK2):
+      return
+    else:
+      expected = ((g.b1,) if spec.role == _Role.SELF1 or g.symmetric
+                  else (g.b2,))
+      actual = tuple(np.shape(block)[:1])
+    if actual != expected:
+      raise ValueError(
+          f'`batch` cannot assemble output {spec.path or "array"} of shape '
+          f'{np.shape(block)} on a block of {g.b1} x {g.b2} examples: '
+          f'expected leading dimensions {expected} ({spec.role.name.lower()} '
+          'layout). Use batch_size=0 for kernel functions whose outputs are '
+          'not indexed by examples.')
+
+  def _mask_is_batched(self, spec: _LeafSpec, block: Any) -> bool:
+    b = self.grid.b1 if spec.role == _Role.MASK1 or self.grid.symmetric else (
+        self.grid.b2)
+    return np.ndim(block) > spec.axis and np.shape(block)[spec.axis] == b
+
+  def _write(self, n: int, spec: _LeafSpec, key: Any, block: Any) -> None:
+    g = self.grid
+    block = np.asarray(block)
+    if spec.role == _Role.PAIR:
+      i, j = key
+      if self.host[n] is None:
+        self.host[n] = np.empty((g.n1, g.n2) + block.shape[2:], block.dtype)
+      r0, r1 = g.rows(i, 1)
+      c0, c1 = g.rows(j, 2)
+      self.host[n][r0:r1, c0:c1] = block[:r1 - r0, :c1 - c0]
+      if g.symmetric and i != j and self.transpose:
+        self.host[n][c0:c1, r0:r1] = _transpose_pair(
+            block, spec.diagonal_spatial)[:c1 - c0, :r1 - r0]
+      return
+    side = 1 if spec.role in (_Role.SELF1, _Role.MASK1) or g.symmetric else 2
+    n_examples = g.n1 if side == 1 else g.n2
+    axis = spec.axis if spec.role in (_Role.MASK1, _Role.MASK2) else 0
+    if spec.role in (_Role.MASK1, _Role.MASK2) and not self._mask_is_batched(
+        spec, block):
+      self.host[n] = block  # Broadcast over examples: the same in every block.
+      return
+    if self.host[n] is None:
+      shape = list(block.shape)
+      shape[axis] = n_examples
+      self.host[n] = np.empty(shape, block.dtype)
+    r0, r1 = g.rows(key, side)
+    target = [slice(None)] * block.ndim
+    target[axis] = slice(r0, r1)
+    source = [slice(None)] * block.ndim
+    source[axis] = slice(0, r1 - r0)
+    self.host[n][tuple(target)] = block[tuple(source)]
+
+  def finish(self) -> list[Any]:
+    """The assembled leaves (`None` for full covariances, filled later)."""
+    if self.on_host:
+      return self.host
+    if self.grid.nb1 == 1 and self.grid.nb2 == 1:
+      # One unpadded block is the result: no copy.
+      return [next(iter(blocks.values())) if blocks else None
+              for blocks in self.blocks]
+    blocks, layouts = zip(*(self._device_layout(spec, blocks)
+                            for spec, blocks in zip(self.specs, self.blocks)))
+    # One jitted function for all leaves: one compilation per call signature.
+    return _assemble_on_device(list(blocks), layouts=tuple(layouts))
+
+  def _device_layout(self, spec: _LeafSpec,
+                     blocks: dict[Any, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """`(blocks, static layout)` of one leaf for `_assemble_on_device`."""
+    g = self.grid
+    if not blocks:
+      return None, ('none',)
+    if spec.role == _Role.PAIR:
+      grid = [[blocks.get((i, j)) for j in range(g.nb2)]
+              for i in range(g.nb1)]
+      return grid, ('pair', g.n1, g.n2, g.symmetric and self.transpose,
+                    spec.diagonal_spatial)
+    side = 1 if spec.role in (_Role.SELF1, _Role.MASK1) or g.symmetric else 2
+    ordered = [blocks[k] for k in sorted(blocks)]
+    n = g.n1 if side == 1 else g.n2
+    if spec.role in (_Role.MASK1, _Role.MASK2):
+      if not self._mask_is_batched(spec, ordered[0]):
+        return ordered[0], ('first',)
+      return ordered, ('concatenate', spec.axis, n)
+    return ordered, ('concatenate', 0, n)
+
+
+@functools.partial(jax.jit, static_argnames=('layouts',))
+def _assemble_on_device(blocks: list[Any],
+                        layouts: tuple[tuple[Any, ...], ...]) -> list[Any]:
+  """Assembles every leaf from its blocks, as `layouts` describe."""
+  out = []
+  for leaf_blocks, layout in zip(blocks, layouts):
+    kind = layout[0]
+    if kind == 'none':
+      out.append(None)
+    elif kind == 'first':
+      out.append(leaf_blocks)
+    elif kind == 'pair':
+      _, n1, n2, transpose, diagonal_spatial = layout
+      out.append(_concatenate_pairs(leaf_blocks, n1, n2, transpose,
+                                    diagonal_spatial))
+    else:
+      _, axis, n = layout
+      out.append(jax.lax.slice_in_dim(
+          jnp.concatenate(leaf_blocks, axis=axis), 0, n, axis=axis))
+  return out
+
+
+def _concatenate_pairs(grid: list[list[Any]], n1: int, n2: int,
+                       transpose: bool, diagonal_spatial: bool) -> jax.Array:
+  """Tiles blocks `grid[i][j]` (`None` below the diagonal if `transpose`)."""
+  rows = []
+  for i, row in enumerate(grid):
+    blocks = [
+        _transpose_pair(grid[j][i], diagonal_spatial)
+        if block is None and transpose else block
+        for j, block in enumerate(row)]
+    rows.append(jnp.concatenate(blocks, axis=1))
+  return jnp.concatenate(rows, axis=0)[:n1, :n2]

@@ -1,0 +1,234 @@
+"""Monte Carlo estimates of the NNGP and NTK: `monte_carlo_kernel_fn`.
+
+The infinite-width kernels of a network are expectations over its random
+initialization `theta ~ p(theta)` of its empirical kernels,
+
+  NNGP(x1, x2) = E_theta[ f(theta, x1) f(theta, x2)^T ],
+  NTK(x1, x2)  = E_theta[ J(theta, x1) J(theta, x2)^T ],
+  J(theta, x)  = d f(theta, x) / d theta,
+
+(averaged over output channels, `trace_axes`), so a finite network's sample
+mean over `n` initializations converges to them at the rate `O(1/sqrt(n))`
+(plus the network's finite-width corrections, `O(1/width)`):
+
+  K_n(x1, x2) = (1/n) sum_{s < n} K_emp(theta_s; x1, x2).
+
+Example:
+  >>> import neural_tangents as nt
+  >>> from neural_tangents import stax
+  >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(512), stax.Relu(),
+  ...                                    stax.Dense(1))
+  >>> kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn,
+  ...                                      jax.random.PRNGKey(0), 128)
+  >>> kernel_fn(x1, x2, 'ntk')  # ~ the analytic NTK of the network
+"""
+import collections
+from collections.abc import Iterable
+import functools
+from typing import Any, Callable, Generator, Sequence, Union
+
+import jax
+from jax import lax
+from jax import random
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src import batching
+from neural_tangents._src.empirical import DEFAULT_NTK_IMPLEMENTATION
+from neural_tangents._src.empirical import empirical_kernel_fn
+from neural_tangents._src.empirical import NtkImplementation
+from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
+
+_KERNEL_NAMES = ('nngp', 'ntk')
+
+
+def monte_carlo_kernel_fn(
+    init_fn: InitFn,
+    apply_fn: ApplyFn,
+    key: jax.Array,
+    n_samples: Union[int, Sequence[int]],
+    batch_size: int = 0,
+    device_count: int = -1,
+    store_on_device: bool = True,
+    trace_axes: Axes = (-1,),
+    diagonal_axes: Axes = (),
+    vmap_axes: Any = None,
+    implementation: Union[NtkImplementation, int] = DEFAULT_NTK_IMPLEMENTATION
+) -> Callable[..., Any]:
+  """Monte Carlo estimate of the NNGP and NTK from random initializations.
+
+  Estimates `K(x1, x2) = E_theta[K_emp(theta; x1, x2)]` by the mean of the
+  empirical kernels (`nt.empirical_kernel_fn(apply_fn, trace_axes,
+  diagonal_axes, vmap_axes, implementation)`) of `n_samples` networks with
+  params `init_fn(key_s, x1.shape)[1]`.
+
+  Randomness. Sample `s` (counting from 0) uses the params key
+  `random.fold_in(key, s)`, so an estimate from `n` samples uses the same
+  networks whatever `n_samples` list it belongs to and whatever
+  `implementation`, `batch_size` or device count computes it. If the
+  keyword arguments contain `rng` (e.g. for dropout), sample `s` gets
+  `rng=random.fold_in(rng, s)` (applied to each key of an `(rng1, rng2)`
+  pair); that key is shared by `apply_fn(x1)` and `apply_fn(x2)` and by
+  every block of a batched computation.
+
+  Args:
+    init_fn: `init_fn(key, input_shape) -> (output_shape, params)`.
+    apply_fn: `apply_fn(params, x, **kwargs)`.
+    key: PRNG key the params keys are derived from.
+    n_samples: number of networks, `>= 1`; or an increasing sequence of
+      counts, in which case `kernel_fn` returns a generator yielding the
+      estimate after each count. The networks are sampled once: the estimate
+      at `n_samples[k]` adds `n_samples[k] - n_samples[k - 1]` networks to
+      the previous sum.
+    batch_size: if `> 0`, the sum of the empirical kernels is computed on
+      blocks of `batch_size` examples of `x1` by `x2` with `nt.batch` (every
+      block re-draws the same networks, so the result is the same).
+    device_count: devices to spread the blocks over, see `nt.batch` (with
+      `batch_size=0` the sum is one block, computed on the default device).
+    store_on_device: whether to keep the estimate on the device; `False`
+      returns numpy arrays, see `nt.batch`.
+    trace_axes: output axes averaged over, see `nt.empirical_kernel_fn`.
+    diagonal_axes: output axes of which only the diagonal is kept.
+    vmap_axes: batch axes of inputs / outputs / kwargs, see
+      `nt.empirical_kernel_fn`.
+    implementation: how the empirical NTK is computed (`NtkImplementation` or
+      its int value); all give the same estimate for the same `key`.
+
+  Returns:
+    `kernel_fn(x1, x2=None, get=None, **apply_fn_kwargs)`: for `get` 'nngp'
+    or 'ntk' that estimate; for a tuple of them, or `None` (both), a
+    namedtuple `Kernel` of estimates, in the layout of
+    `nt.empirical_kernel_fn`. With a sequence `n_samples`, a generator of
+    these. `apply_fn_kwargs` are passed to `apply_fn` (a tuple
+    `(for_x1, for_x2)` passes different values to the two calls).
+
+  Raises:
+    ValueError: for `n_samples` that are not positive (increasing) ints, and
+      for bad `batch_size` / `device_count` (see `nt.batch`).
+
+  Example:
+    >>> kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, key,
+    ...                                      n_samples=[16, 256])
+    >>> for k in kernel_fn(x1, x2, ('nngp', 'ntk')):
+    ...   print(k.ntk[0, 0])  # 16-sample estimate, then 256-sample estimate
+  """
+  counts, as_generator = _sample_counts(n_samples)
+  if not batching._is_array(key):  # pylint: disable=protected-access
+    raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
+                    '. Pass e.g. `jax.random.PRNGKey(0)`.')
+  batching._check_batch_size(batch_size)  # pylint: disable=protected-access
+  devices = batching._devices(device_count)  # pylint: disable=protected-access
+  empirical = empirical_kernel_fn(apply_fn, trace_axes, diagonal_axes,
+                                  vmap_axes, implementation)
+
+  def sample_sum(x1: PyTree, x2: PyTree, get: Any, start: jax.Array,
+                 stop: jax.Array, **apply_fn_kwargs) -> Any:
+    """Sum of the empirical kernels of samples `start <= s < stop`."""
+    input_shape = jax.tree_util.tree_map(lambda x: tuple(x.shape), x1)
+    rng = apply_fn_kwargs.pop('rng', None)
+
+    names = _KERNEL_NAMES if get is None else (
+        (get,) if isinstance(get, str) else tuple(get))
+
+    def sample_kernels(s: jax.Array) -> tuple[Any, ...]:
+      _, params = init_fn(random.fold_in(key, s), input_shape)
+      kwargs = dict(apply_fn_kwargs)
+      if rng is not None:
+        kwargs['rng'] = jax.tree_util.tree_map(
+            lambda r: random.fold_in(r, s), rng)
+      return tuple(empirical(x1, x2, name, params, **kwargs)
+                   for name in names)
+
+    # `stop > start`: the first sample gives the shapes of the sum.
+    first = sample_kernels(start)
+    total = lax.fori_loop(
+        start + 1, stop,
+        lambda s, total: jax.tree_util.tree_map(jnp.add, total,
+                                                sample_kernels(s)),
+        first)
+    if isinstance(get, str):
+      return total[0]
+    return _kernel_namedtuple(names)(*total)
+
+  # One block (`batch_size=None`) still jits the sum and handles storage.
+  summed = batching._batched(  # pylint: disable=protected-access
+      sample_sum, batch_size or None, devices, bool(store_on_device),
+      progress=False)
+
+  def partial_sum(x1, x2, get, start, stop, kwargs):
+    return summed(x1, x2, get, np.asarray(start, np.int32),
+                  np.asarray(stop, np.int32), **kwargs)
+
+  def estimates(x1, x2, get, kwargs) -> Generator[Any, None, None]:
+    total, done = None, 0
+    for n in counts:
+      if n > done:
+        part = partial_sum(x1, x2, get, done, n, kwargs)
+        total = part if total is None else jax.tree_util.tree_map(
+            lambda a, b: a + b, total, part)
+        done = n
+      yield _divide(total, n)
+
+  def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
+                **apply_fn_kwargs) -> Any:
+    get = _check_get(get)
+    if as_generator:
+      return estimates(x1, x2, get, apply_fn_kwargs)
+    return _divide(partial_sum(x1, x2, get, 0, counts[0], apply_fn_kwargs),
+                   counts[0])
+
+  return kernel_fn
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_namedtuple(names: tuple[str, ...]) -> type:
+  """One namedtuple class per `get`, so that results are comparable pytrees."""
+  return collections.namedtuple('Kernel', names)
+
+
+def _divide(tree: Any, n: int) -> Any:
+  def divide(x):
+    out = x / n
+    # Keep numpy (host) results numpy and float32 float32.
+    return out.astype(x.dtype) if hasattr(out, 'astype') else out
+  return jax.tree_util.tree_map(divide, tree)
+
+
+def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
+  """`(counts, whether a generator is asked for)`, or raises."""
+  fix = ('Pass a positive int, or an increasing sequence of positive ints '
+         'such as [16, 64, 256].')
+  is_int = lambda n: (isinstance(n, (int, np.integer)) and
+                      not isinstance(n, (bool, np.bool_)))
+  if is_int(n_samples):
+    if n_samples < 1:
+      raise ValueError(f'`n_samples` must be >= 1; got {n_samples}. {fix}')
+    return (int(n_samples),), False
+  if not isinstance(n_samples, Iterable) or isinstance(n_samples, str):
+    raise TypeError(f'`n_samples` must be an int or a sequence of ints; got '
+                    f'{n_samples!r}. {fix}')
+  counts = tuple(n_samples)
+  if not counts:
+    raise ValueError(f'`n_samples` must not be empty; got {n_samples!r}. '
+                     f'{fix}')
+  for n in counts:
+    if not is_int(n):
+      raise TypeError(f'`n_samples` must contain ints; got {n!r} in '
+                      f'{n_samples!r}. {fix}')
+    if n < 1:
+      raise ValueError(f'`n_samples` must contain counts >= 1; got {n} in '
+                       f'{n_samples!r}. {fix}')
+  if any(b < a for a, b in zip(counts, counts[1:])):
+    raise ValueError(f'`n_samples` must be increasing; got {n_samples!r}. '
+                     f'Sort it, e.g. {sorted(counts)}.')
+  return tuple(int(n) for n in counts), True
+
+
+def _check_get(get: Any) -> Any:
+  names = (get,) if isinstance(get, str) else get
+  if get is None or (isinstance(names, (tuple, list)) and names and
+                     all(n in _KERNEL_NAMES for n in names)):
+    return tuple(get) if isinstance(get, list) else get
+  raise ValueError(
+      f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
+      "'nngp', 'ntk', a tuple of them, or None for both.")

@@ -1,0 +1,250 @@
+"""Tests of `nt.monte_carlo_kernel_fn`: convergence, sampling, errors.
+
+Convergence is checked against the analytic kernels of the same network: the
+NTK with a narrow readout (its Jacobian is cheap, and its per-sample noise is
+already small), the NNGP with a wide readout (its noise falls as
+`1 / sqrt(readout width * n_samples)`). Each check also verifies that the
+tolerance is tight enough to reject the kernel of a slightly different
+network (`b_std` 0.3 instead of 0.1).
+"""
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import random
+import jax.numpy as jnp
+import numpy as np
+
+import neural_tangents as nt
+from neural_tangents import stax
+import test_utils
+
+_KEY = random.PRNGKey(42)
+_COUNTS = (4, 64)
+# Relative max errors (to the kernel's largest entry) at 64 samples; the
+# measured errors are ~0.5% (NTK) and ~1.1% (NNGP), the wrong network's
+# kernels are 3.1% and 4.7% away.
+_NTK_TOL = 0.015
+_NNGP_TOL = 0.03
+# The NNGP of the narrow network, read from the same estimates as its NTK,
+# only has to be in the right range (~5% at 64 samples): `_NNGP_TOL` is
+# checked on the wide one.
+_NARROW_NNGP_TOL = 0.1
+
+
+def _network(readout, b_std=0.1):
+  return stax.serial(stax.Dense(512, W_std=1.5, b_std=b_std), stax.Relu(),
+                     stax.Dense(readout, W_std=1.5, b_std=b_std))
+
+
+def _inputs():
+  # Rows of different norms, so that normalization errors show.
+  x1 = random.normal(random.PRNGKey(1), (5, 4)) * jnp.arange(1, 6)[:, None] / 3
+  x2 = 2 * random.normal(random.PRNGKey(2), (3, 4))
+  return x1, x2
+
+
+@functools.lru_cache(maxsize=None)
+def _narrow_estimates(implementation, vmap_axes):
+  """Estimates at `_COUNTS` samples of both kernels of the narrow network."""
+  init_fn, apply_fn, _ = _network(16)
+  kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, _COUNTS,
+                                       vmap_axes=vmap_axes,
+                                       implementation=implementation)
+  return list(kernel_fn(*_inputs(), None))
+
+
+@functools.lru_cache(maxsize=None)
+def _analytic(readout, b_std=0.1):
+  return _network(readout, b_std)[2](*_inputs(), ('nngp', 'ntk'))
+
+
+_IMPLEMENTATIONS_AND_VMAP_AXES = [
+    dict(testcase_name=f'_implementation{i}_vmap_axes{v}', implementation=i,
+         vmap_axes=v) for i in range(4) for v in (None, 0)]
+
+
+class ConvergenceTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(*_IMPLEMENTATIONS_AND_VMAP_AXES)
+  def test_converges_to_analytic_kernels(self, implementation, vmap_axes):
+    estimates = _narrow_estimates(implementation, vmap_axes)
+    exact = _analytic(16)
+    self.assertLen(estimates, len(_COUNTS))
+    for k in estimates:
+      self.assertEqual(type(k)._fields, ('nngp', 'ntk'))
+      self.assertEqual(k.ntk.shape, (5, 3))
+      self.assertEqual(k.nngp.shape, (5, 3))
+    few, many = estimates
+    ntk_few = test_utils.relative_error(few.ntk, exact.ntk)
+    ntk_many = test_utils.relative_error(many.ntk, exact.ntk)
+    self.assertLess(ntk_many, _NTK_TOL)
+    self.assertLess(ntk_many, ntk_few)
+    nngp_few = test_utils.relative_error(few.nngp, exact.nngp)
+    nngp_many = test_utils.relative_error(many.nngp, exact.nngp)
+    self.assertLess(nngp_many, _NARROW_NNGP_TOL)
+    self.assertLess(nngp_many, nngp_few)
+
+  def test_ntk_tolerance_rejects_a_wrong_kernel(self):
+    many = _narrow_estimates(1, None)[-1]
+    wrong = _analytic(16, b_std=0.3)
+    self.assertGreater(test_utils.relative_error(many.ntk, wrong.ntk),
+                       _NTK_TOL)
+
+  def test_identical_across_implementations(self):
+    reference = _narrow_estimates(1, None)
+    for case in _IMPLEMENTATIONS_AND_VMAP_AXES:
+      estimates = _narrow_estimates(case['implementation'], case['vmap_axes'])
+      for a, b in zip(estimates, reference):
+        self.assertAllClose(a, b, rtol=test_utils.tolerance(cpu=1e-5),
+                            atol=test_utils.tolerance(cpu=1e-6),
+                            msg=case['testcase_name'])
+
+  def test_nngp_converges_with_wide_readout(self):
+    init_fn, apply_fn, _ = _network(256)
+    kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, _COUNTS)
+    few, many = kernel_fn(*_inputs(), 'nngp')
+    exact = _analytic(256).nngp
+    self.assertEqual(many.shape, (5, 3))
+    self.assertLess(test_utils.relative_error(many, exact), _NNGP_TOL)
+    self.assertLess(test_utils.relative_error(many, exact),
+                    test_utils.relative_error(few, exact))
+    wrong = _analytic(256, b_std=0.3).nngp
+    self.assertGreater(test_utils.relative_error(many, wrong), _NNGP_TOL)
+
+
+def _linear_init(key, input_shape):
+  return input_shape[:-1] + (3,), {'w': random.normal(key, (input_shape[-1],
+                                                            3))}
+
+
+def _noisy_linear_apply(params, x, rng=None):
+  noise = 1. if rng is None else 1. + random.normal(rng, (3,))
+  return (x @ params['w']) * noise
+
+
+class SamplingTest(test_utils.NeuralTangentsTestCase):
+
+  def test_get(self):
+    x1, x2 = _inputs()
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                         _KEY, 3)
+    both = kernel_fn(x1, x2, ('nngp', 'ntk'))
+    self.assertEqual(type(both)._fields, ('nngp', 'ntk'))
+    default = kernel_fn(x1, x2)
+    self.assertEqual(type(default)._fields, ('nngp', 'ntk'))
+    self.assertAllClose(default, both)
+    self.assertAllClose(kernel_fn(x1, x2, 'ntk'), both.ntk)
+    self.assertAllClose(kernel_fn(x1, x2, 'nngp'), both.nngp)
+    symmetric = kernel_fn(x1, None, 'ntk')
+    self.assertEqual(symmetric.shape, (5, 5))
+    self.assertAllClose(symmetric, symmetric.T)
+
+  def test_generator_samples_each_network_once(self):
+    init_fn, apply_fn = _linear_init, _noisy_linear_apply
+    calls = []
+
+    def counting_init_fn(key, input_shape):
+      # Runs once per sample drawn, also inside compiled loops.
+      jax.debug.callback(lambda: calls.append(1))
+      return init_fn(key, input_shape)
+
+    x1, x2 = _inputs()
+    counts = (2, 5, 9)
+    kernel_fn = nt.monte_carlo_kernel_fn(counting_init_fn, apply_fn, _KEY,
+                                         counts)
+    estimates = list(kernel_fn(x1, x2, 'nngp'))
+    jax.effects_barrier()
+    self.assertLen(estimates, 3)
+    self.assertLen(calls, 9)
+    # The last estimate sums three partial sums; the one-shot sum agrees.
+    for n, estimate in list(zip(counts, estimates))[1:]:
+      separate = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, n)
+      self.assertAllClose(estimate, separate(x1, x2, 'nngp'), msg=str(n))
+    self.assertGreater(np.abs(estimates[0] - estimates[-1]).max(), 1e-3)
+
+  def test_samples_and_rng_keys(self):
+    # Sample `s` uses params from `fold_in(key, s)` and `rng=fold_in(rng, s)`.
+    x1, x2 = _inputs()
+    rng = random.PRNGKey(7)
+    n = 4
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                         _KEY, n)
+    k = kernel_fn(x1, x2, None, rng=rng)
+    nngp, ntk = 0., 0.
+    for s in range(n):
+      _, params = _linear_init(random.fold_in(_KEY, s), x1.shape)
+      rng_s = random.fold_in(rng, s)
+      f1 = _noisy_linear_apply(params, x1, rng_s)
+      f2 = _noisy_linear_apply(params, x2, rng_s)
+      nngp += f1 @ f2.T / 3
+      # d f[:, c] / d w[:, c] = x * noise[c]; mean over the 3 channels.
+      noise = 1. + random.normal(rng_s, (3,))
+      ntk += x1 @ x2.T * jnp.mean(noise**2)
+    self.assertAllClose(k.nngp, nngp / n)
+    self.assertAllClose(k.ntk, ntk / n)
+    without_rng = kernel_fn(x1, x2, 'nngp')
+    self.assertGreater(np.abs(without_rng - k.nngp).max(), 1e-3)
+
+  def test_store_on_host(self):
+    init_fn, apply_fn = _linear_init, _noisy_linear_apply
+    x1, x2 = _inputs()
+    on_device = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, 2)
+    on_host = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, 2,
+                                       store_on_device=False)
+    k = on_host(x1, x2, 'ntk')
+    self.assertIsInstance(k, np.ndarray)
+    self.assertAllClose(k, on_device(x1, x2, 'ntk'))
+
+
+class ErrorsTest(test_utils.NeuralTangentsTestCase):
+
+  def _kernel_fn(self, n_samples, **kwargs):
+    init_fn, apply_fn, _ = _network(4)
+    return nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, n_samples,
+                                    **kwargs)
+
+  def test_zero_samples(self):
+    with self.assertRaisesRegex(
+        ValueError, r'`n_samples` must be >= 1; got 0\. Pass a positive int'):
+      self._kernel_fn(0)
+
+  def test_zero_in_sequence(self):
+    with self.assertRaisesRegex(ValueError,
+                                r'counts >= 1; got 0 in \[0, 4\]\. Pass'):
+      self._kernel_fn([0, 4])
+
+  def test_decreasing_sequence(self):
+    with self.assertRaisesRegex(
+        ValueError, r'must be increasing.*Sort it, e\.g\. \[4, 8\]'):
+      self._kernel_fn([8, 4])
+
+  def test_empty_sequence(self):
+    with self.assertRaisesRegex(ValueError, 'must not be empty'):
+      self._kernel_fn([])
+
+  def test_non_int(self):
+    with self.assertRaisesRegex(TypeError, '`n_samples` must be an int'):
+      self._kernel_fn(2.5)
+
+  def test_bad_get(self):
+    x1, x2 = _inputs()
+    with self.assertRaisesRegex(ValueError, r"`get='cov1'`.*pass 'nngp'"):
+      self._kernel_fn(2)(x1, x2, 'cov1')
+
+  def test_batch_size_and_device_count(self):
+    with self.assertRaisesRegex(ValueError, '`batch_size` must be >= 0'):
+      self._kernel_fn(2, batch_size=-3)
+    n = jax.local_device_count()
+    with self.assertRaisesRegex(ValueError, f'`device_count`={n + 1} is '
+                                'larger'):
+      self._kernel_fn(2, device_count=n + 1)
+
+  def test_unknown_implementation(self):
+    with self.assertRaisesRegex(ValueError, 'implementation=7'):
+      self._kernel_fn(2, implementation=7)
+
+
+if __name__ == '__main__':
+  absltest.main()
