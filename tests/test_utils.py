@@ -155,3 +155,16 @@ def monte_carlo_errors(init_fn, apply_fn, kernel_fn, x1, x2, key=None,
   _, ntk = monte_carlo_kernels(init_fn, apply_fn, x1, x2, n_ntk, key,
                                batch_size=batch_size)
   return relative_error(nngp, k.nngp), relative_error(ntk, k.ntk)
+
+
+def stax_inputs(shape1=(3, 6), shape2=(2, 6)):
+  """Inputs `x1`, `x2` whose rows have different norms.
+
+  Rows of `x1` are scaled by 1/2, 1, 3/2, ... and `x2` by 2, so that a kernel
+  that wrongly assumes unit-norm inputs fails.
+  """
+  x1 = jax.random.normal(jax.random.PRNGKey(1), shape1)
+  x1 = x1 * jnp.arange(1, shape1[0] + 1).reshape((-1,) + (1,) * (
+      len(shape1) - 1)) / 2
+  x2 = 2 * jax.random.normal(jax.random.PRNGKey(2), shape2)
+  return x1, x2

@@ -12,15 +12,7 @@ jax.config.update('jax_enable_x64', True)
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 
-
-def _inputs(shape1=(3, 6), shape2=(2, 6)):
-  # Rows of different norms, so that normalization errors show.
-  x1 = jax.random.normal(jax.random.PRNGKey(1), shape1)
-  x1 = x1 * jnp.arange(1, shape1[0] + 1).reshape((-1,) + (1,) * (
-      len(shape1) - 1)) / 2
-  x2 = 2 * jax.random.normal(jax.random.PRNGKey(2), shape2)
-  return x1, x2
-
+_inputs = test_utils.stax_inputs
 
 
 class DenseTest(test_utils.NeuralTangentsTestCase):
