@@ -10,5 +10,18 @@ Example:
 
 __version__ = '0.7.0'
 
+from neural_tangents import predict
 from neural_tangents import stax
+from neural_tangents._src.batching import batch
+from neural_tangents._src.empirical import (
+    DEFAULT_NTK_IMPLEMENTATION,
+    NtkImplementation,
+    empirical_kernel_fn,
+    empirical_nngp_fn,
+    empirical_ntk_fn,
+    empirical_ntk_vp_fn,
+    linearize,
+    taylor_expand,
+)
+from neural_tangents._src.monte_carlo import monte_carlo_kernel_fn
 from neural_tangents._src.utils.kernel import Kernel

@@ -78,6 +78,8 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
       k = _apply_run(op, count, k, **kwargs)
     return k
 
+  # Masks ride along with inputs and kernels; each inner layer checks its own.
+  apply_fn.supports_masking = kernel_fn.supports_masking = True
   return init_fn, apply_fn, _composite_op(kernel_fn, kernel_ops)
 
 
@@ -202,6 +204,8 @@ def parallel(*layers: Layer) -> Layer:
   kernel_fn.allowed_fn = allowed_fn
   kernel_fn.input_axes = [getattr(op, 'input_axes', None) for op in kernel_ops]
   kernel_fn.output_diagonal = requirements.Bool.NO
+  # Masks ride along with inputs and kernels; each inner layer checks its own.
+  apply_fn.supports_masking = kernel_fn.supports_masking = True
   return init_fn, apply_fn, kernel_fn
 
 

@@ -6,16 +6,30 @@ For an elementwise `phi` applied to jointly Gaussian pre-activations
   nngp' = E[phi(u) phi(v)]
   ntk'  = E[phi'(u) phi'(v)] * ntk
 
-(Lee et al. 2018; Jacot et al. 2018). Each layer supplies a *kernel map*
+(Neal 1996; Lee et al. 2018; Jacot et al. 2018). By Price's theorem the
+derivative kernel is also `E[phi'(u) phi'(v)] = d nngp' / d c` at fixed
+`q1`, `q2`, which is how kernels without a separate closed form for the
+derivative (`Gabor`, `Elementwise` without `d_nngp_fn`) get it.
+
+Each layer supplies a *kernel map*
 `(q1, q2, c, compute_dot) -> (E[phi(u) phi(v)], E[phi'(u) phi'(v)] or None)`
 on broadcastable arrays, and `elementwise` applies it to `cov1`, `nngp` and
-`cov2` with the right variances.
+`cov2` with the right variances; the same map serves fully connected,
+convolutional and batch- or spatially-diagonal kernels.
 
 All maps are written to stay finite (no NaN / inf, finite gradients) at the
 edges of their domain: equal or opposite inputs (`|c| = sqrt(q1 q2)`) and zero
-variances.
+variances. Two devices do most of the work: angles are computed with `atan2`
+and a floored square root (`arccos_angle`), and determinants such as
+`(1 + q1)(1 + q2) - c^2` are expanded as `1 + q1 + q2 + (q1 q2 - c^2)`, a sum
+of non-negative terms that cannot cancel to zero or below.
+
+Masked inputs (see `masking`) keep their mask through these layers; covariance
+entries at masked positions are re-zeroed after the map, since `phi(0)` need
+not be 0.
 """
-from typing import Callable, Optional
+import math
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +38,7 @@ import numpy as np
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
@@ -31,6 +46,12 @@ from neural_tangents._src.utils.typing import Layer
 Array = jax.Array
 KernelMap = Callable[[Array, Array, Array, bool],
                      tuple[Array, Optional[Array]]]
+# `nngp_fn(cov12, var1, var2) -> E[phi(u) phi(v)]`, as users write it.
+NngpFn = Callable[[Array, Array, Array], Array]
+
+
+# -----------------------------------------------------------------------------
+# Numerically safe building blocks.
 
 
 def safe_sqrt(x: Array) -> Array:
@@ -43,15 +64,27 @@ def _eps(x: Array) -> float:
   return float(np.finfo(jnp.result_type(x, float)).eps)
 
 
-def correlation(q1: Array, q2: Array, c: Array) -> tuple[Array, Array]:
-  """`(sqrt(q1 q2), rho)` with `rho = c / sqrt(q1 q2)` clipped to [-1, 1].
+def correlation(q1: Array, q2: Array, c: Array,
+                clip: bool = True) -> tuple[Array, Array]:
+  """`(sqrt(q1 q2), rho)` with `rho = c / sqrt(q1 q2)`.
 
-  Where a variance is zero, `rho` is 0 (the product is then 0 anyway).
+  Args:
+    q1, q2: variances (broadcastable against `c`).
+    c: covariances.
+    clip: whether to clip `rho` to `[-1, 1]` (rounding can push it out).
+
+  Returns:
+    `(norm, rho)`. Where a variance is zero, `rho` is 0 (the product is then 0
+    anyway).
   """
   norm = safe_sqrt(q1 * q2)
   positive = norm > 0
   rho = jnp.where(positive, c / jnp.where(positive, norm, 1), 0)
-  return norm, jnp.clip(rho, -1, 1)
+  if clip:
+    # Unlike `jnp.clip`, keeps the full gradient at `rho = +-1` exactly (equal
+    # inputs), where `jnp.clip` would halve it.
+    rho = jnp.where(jnp.abs(rho) > 1, jnp.sign(rho), rho)
+  return norm, rho
 
 
 def arccos_angle(rho: Array) -> tuple[Array, Array]:
@@ -63,6 +96,53 @@ def arccos_angle(rho: Array) -> tuple[Array, Array]:
   """
   sin = jnp.sqrt(jnp.maximum(1 - rho**2, _eps(rho)**2))
   return jnp.arctan2(sin, rho), sin
+
+
+def _horner(coef: Sequence[float], x: Array) -> Array:
+  """`sum_i coef[i] x^i` by Horner's rule (`coef` in increasing order)."""
+  out = jnp.zeros_like(x)
+  for a in reversed(coef):
+    out = out * x + a
+  return out
+
+
+def _price_derivative(nngp_fn: Callable[[Array], Array], c: Array) -> Array:
+  """`d nngp_fn(c) / d c` of an elementwise function of `c`, by forward mode.
+
+  By Price's theorem this is `E[phi'(u) phi'(v)]` when `nngp_fn` is
+  `E[phi(u) phi(v)]` at fixed variances.
+  """
+  return jax.jvp(nngp_fn, (c,), (jnp.ones_like(c),))[1]
+
+
+# -----------------------------------------------------------------------------
+# Kernel maps.
+
+
+def ab_relu_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a min(x, 0) + b max(x, 0)` (arc-cosine kernels).
+
+  With `t = arccos(rho)`, `rho = c / sqrt(q1 q2)`, and the degree-1
+  arc-cosine kernel `K(rho) = sqrt(q1 q2) / (2 pi) (sin t + (pi - t) rho)`
+  (Cho & Saul 2009), writing `phi(x) = b relu(x) - a relu(-x)` gives
+
+    E[phi(u) phi(v)]   = (a^2 + b^2) K(rho) - 2 a b K(-rho)
+                       = (a - b)^2 K(-rho) + (a^2 + b^2) c / 2
+    E[phi'(u) phi'(v)] = ((a^2 + b^2) (pi - t) + 2 a b t) / (2 pi)
+
+  since `K(rho) - K(-rho) = c / 2` and `P(u > 0, v > 0) = (pi - t) / (2 pi)`.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c)
+    theta, sin = arccos_angle(rho)
+    # K(-rho) = norm / (2 pi) (sin t - t rho): `pi - t` becomes `t`.
+    k_opposite = norm / (2 * np.pi) * (sin - theta * rho)
+    nngp = (a - b)**2 * k_opposite + (a**2 + b**2) * norm * rho / 2
+    dot = None
+    if compute_dot:
+      dot = ((a**2 + b**2) * (np.pi - theta) + 2 * a * b * theta) / (2 * np.pi)
+    return nngp, dot
+  return kernel_map
 
 
 def relu_kernel_map(q1, q2, c, compute_dot):
@@ -79,26 +159,333 @@ def relu_kernel_map(q1, q2, c, compute_dot):
 
 
 def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
-  """Kernel map of `a * erf(b x) + c_shift` (Williams 1997)."""
+  """Kernel map of `a * erf(b x) + c_shift` (Williams 1997).
+
+  With `D = (1 + 2 b^2 q1)(1 + 2 b^2 q2) - 4 b^4 c^2
+          = 1 + 2 b^2 (q1 + q2) + 4 b^4 (q1 q2 - c^2) >= 1`:
+
+    E[phi(u) phi(v)]   = a^2 2/pi arcsin(2 b^2 c / sqrt(D + 4 b^4 c^2))
+                         + c_shift^2
+                       = a^2 2/pi atan2(2 b^2 c, sqrt(D)) + c_shift^2
+    E[phi'(u) phi'(v)] = a^2 4 b^2 / (pi sqrt(D))
+
+  (`erf` is odd, so the shift adds `c_shift^2` and nothing else.)
+  """
   def kernel_map(q1, q2, c, compute_dot):
-    s1, s2 = 1 + 2 * b**2 * q1, 1 + 2 * b**2 * q2
-    # |2 b^2 c| < sqrt(s1 s2) strictly, so arcsin's argument is in (-1, 1).
-    nngp = (a**2 * 2 / np.pi * jnp.arcsin(2 * b**2 * c / jnp.sqrt(s1 * s2))
-            + c_shift**2)
-    dot = None
-    if compute_dot:
-      dot = a**2 * 4 * b**2 / np.pi / jnp.sqrt(s1 * s2 - 4 * b**4 * c**2)
+    det = 1 + 2 * b**2 * (q1 + q2) + 4 * b**4 * (q1 * q2 - c**2)
+    # `q1 q2 - c^2 >= 0` up to rounding, which `1 + ...` absorbs.
+    root = jnp.sqrt(jnp.maximum(det, 1))
+    nngp = a**2 * 2 / np.pi * jnp.arctan2(2 * b**2 * c, root) + c_shift**2
+    dot = a**2 * 4 * b**2 / (np.pi * root) if compute_dot else None
     return nngp, dot
   return kernel_map
+
+
+def gelu_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `gelu(x) = x Phi(x)`, `Phi` the standard normal CDF.
+
+  Derived by Gaussian integration by parts (Stein's lemma). With
+  `s_i = 1 + q_i`, `D = s1 s2 - c^2 = 1 + q1 + q2 + (q1 q2 - c^2) >= 1`,
+  `A = E[Phi(u) Phi(v)] = 1/4 + arcsin(c / sqrt(s1 s2)) / (2 pi)` and
+  `P = E[phi(u) phi(v)] = 1 / (2 pi sqrt(D))` (`phi` the normal density):
+
+    E[gelu(u) gelu(v)]   = c A + P (q1 q2 + c^2 (1 - q1 q2) / (s1 s2))
+    E[gelu'(u) gelu'(v)] = A + c P (1 / s1 + 1 / s2 + 1 / D)
+  """
+  s1, s2 = 1 + q1, 1 + q2
+  det = jnp.maximum(1 + q1 + q2 + (q1 * q2 - c**2), 1)
+  root = jnp.sqrt(det)
+  cdf_kernel = 0.25 + jnp.arctan2(c, root) / (2 * np.pi)
+  pdf_kernel = 1 / (2 * np.pi * root)
+  nngp = c * cdf_kernel + pdf_kernel * (
+      q1 * q2 + c**2 * (1 - q1 * q2) / (s1 * s2))
+  dot = None
+  if compute_dot:
+    dot = cdf_kernel + c * pdf_kernel * (1 / s1 + 1 / s2 + 1 / det)
+  return nngp, dot
+
+
+def sign_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `sign(x)`: `E[sign(u) sign(v)] = 2/pi arcsin(rho)`.
+
+  `= 1 - 2 t / pi` with `t = arccos(rho)`. The derivative of `sign` is zero
+  almost everywhere, as autodiff of the finite network sees it, so the
+  derivative kernel is 0: the layers below a `Sign` do not contribute to the
+  NTK. (The distributional derivative `2 delta(x)` would give an NTK that is
+  infinite on the diagonal.)
+  """
+  _, rho = correlation(q1, q2, c)
+  theta, _ = arccos_angle(rho)
+  nngp = 1 - 2 * theta / np.pi
+  dot = jnp.zeros_like(nngp) if compute_dot else None
+  return nngp, dot
+
+
+def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
+  """Kernel map of `a sin(b x + shift)`.
+
+  From `E[cos(w + s)] = cos(s) exp(-Var[w] / 2)` for zero-mean Gaussian `w`
+  and `sin x sin y = (cos(x - y) - cos(x + y)) / 2`:
+
+    E[phi(u) phi(v)]   = a^2 / 2 (exp(-b^2 (q1 + q2 - 2c) / 2)
+                                  - cos(2 shift) exp(-b^2 (q1 + q2 + 2c) / 2))
+    E[phi'(u) phi'(v)] = a^2 b^2 / 2 (exp(-b^2 (q1 + q2 - 2c) / 2)
+                                  + cos(2 shift) exp(-b^2 (q1 + q2 + 2c) / 2))
+
+  Both exponents are `<= 0` (`|c| <= (q1 + q2) / 2`), so nothing overflows.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    same = jnp.exp(-b**2 * (q1 + q2 - 2 * c) / 2)
+    opposite = math.cos(2 * shift) * jnp.exp(-b**2 * (q1 + q2 + 2 * c) / 2)
+    nngp = a**2 / 2 * (same - opposite)
+    dot = a**2 * b**2 / 2 * (same + opposite) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def exp_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a exp(b x)`: the log-normal moments.
+
+    E[phi(u) phi(v)]   = a^2 exp(b^2 (q1 + q2 + 2c) / 2)
+    E[phi'(u) phi'(v)] = a^2 b^2 exp(b^2 (q1 + q2 + 2c) / 2)
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = a**2 * jnp.exp(b**2 * (q1 + q2 + 2 * c) / 2)
+    return nngp, (b**2 * nngp if compute_dot else None)
+  return kernel_map
+
+
+def exp_normalized_kernel_map(gamma: float, shift: float,
+                              do_clip: bool) -> KernelMap:
+  """Kernel map of the normalized exponential kernel (`ExpNormalized`).
+
+    nngp' = sqrt(q1 q2) exp(gamma (rho + shift)),   rho = c / sqrt(q1 q2)
+    dot   = d nngp' / d c = gamma exp(gamma (rho + shift))
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c, clip=do_clip)
+    exp = jnp.exp(gamma * (rho + shift))
+    return norm * exp, (gamma * exp if compute_dot else None)
+  return kernel_map
+
+
+def gaussian_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a exp(b x^2)`.
+
+  With `D = det(I - 2 b Sigma) = 1 - 2b (q1 + q2) + 4 b^2 (q1 q2 - c^2)`:
+
+    E[phi(u) phi(v)]   = a^2 / sqrt(D)
+    E[phi'(u) phi'(v)] = 4 a^2 b^2 c / D^(3/2)
+
+  (the second from `E[u v exp(b (u^2 + v^2))] = c / D^(3/2)`). For `b <= 0`,
+  `D >= 1`. For `b > 0` the moments are infinite where `D <= 0` (variances
+  of order `1 / (2b)` or more), and the map returns `inf` there.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    det = 1 - 2 * b * (q1 + q2) + 4 * b**2 * (q1 * q2 - c**2)
+    finite = det > 0
+    safe_det = jnp.where(finite, det, 1)
+    nngp = jnp.where(finite, a**2 / jnp.sqrt(safe_det), jnp.inf)
+    dot = None
+    if compute_dot:
+      dot = jnp.where(finite, 4 * a**2 * b**2 * c / safe_det**1.5, jnp.inf)
+    return nngp, dot
+  return kernel_map
+
+
+def _hermite_coefficient(i: int, k: int) -> float:
+  """`h` in `z^i = sum_k h(i, k) He_k(z)` (probabilists' Hermite `He_k`).
+
+  `h(i, k) = i! / (2^m m! k!)` for `i - k = 2m >= 0`, else 0.
+  """
+  if k > i or (i - k) % 2:
+    return 0.
+  m = (i - k) // 2
+  return math.factorial(i) / (2**m * math.factorial(m) * math.factorial(k))
+
+
+def polynomial_kernel_map(coef: Sequence[float]) -> KernelMap:
+  """Kernel map of the polynomial `p(x) = sum_i coef[i] x^i`.
+
+  Expanding `u^i = q1^(i/2) sum_k h(i, k) He_k(z1)` in Hermite polynomials,
+  which are orthogonal under correlated normals
+  (`E[He_k(z1) He_l(z2)] = delta_kl k! rho^k`), gives
+
+    E[p(u) p(v)] = sum_k k! A_k(q1) A_k(q2) c^k,
+    A_k(q) = sum_{i >= k, i = k mod 2} coef[i] h(i, k) q^((i - k) / 2),
+
+  a polynomial in `q1`, `q2` and `c`: no square roots or divisions, finite
+  everywhere. The derivative kernel is the same with the coefficients of
+  `p'`.
+  """
+  coef = [float(a) for a in coef]
+  derivative = [i * a for i, a in enumerate(coef)][1:]
+
+  def moments(coef, q1, q2, c):
+    out = jnp.zeros_like(c)
+    for k in range(len(coef)):
+      # A_k(q) is a polynomial in q with coefficients at powers (i - k) / 2.
+      a_k = [coef[i] * _hermite_coefficient(i, k)
+             for i in range(k, len(coef), 2)]
+      out = out + (math.factorial(k) * _horner(a_k, q1) *
+                   _horner(a_k, q2) * c**k)
+    return out
+
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = moments(coef, q1, q2, c)
+    dot = moments(derivative, q1, q2, c) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def _arccos_polynomials(degree: int) -> tuple[list[float], list[float]]:
+  """`(P_n, Q_n)` with `J_n(t) = P_n(cos t) sin t + (pi - t) Q_n(cos t)`.
+
+  `J_n` is Cho & Saul's (2009) angular factor of the arc-cosine kernel,
+  `J_n = (-1)^n sin(t)^(2n+1) ((1 / sin t) d/dt)^n ((pi - t) / sin t)`.
+  Differentiating in `rho = cos t` instead of `t` turns the operator into the
+  polynomial recursion
+
+    P_{n+1} = (1 - rho^2) P_n' + 2n rho P_n + Q_n,      P_0 = 0,
+    Q_{n+1} = (1 - rho^2) Q_n' + (2n + 1) rho Q_n,      Q_0 = 1,
+
+  which has no division by `sin t` and so no 0/0 at `rho = +-1`; e.g.
+  `J_1 = sin t + (pi - t) cos t` and
+  `J_2 = 3 sin t cos t + (pi - t)(1 + 2 cos^2 t)`.
+  Coefficients are in increasing order of powers of `rho`.
+  """
+  poly = np.polynomial.Polynomial
+  p, q = poly([0.]), poly([1.])
+  one_minus_rho2 = poly([1., 0., -1.])
+  rho = poly([0., 1.])
+  for n in range(degree):
+    p, q = (one_minus_rho2 * p.deriv() + 2 * n * rho * p + q,
+            one_minus_rho2 * q.deriv() + (2 * n + 1) * rho * q)
+  return list(p.coef), list(q.coef)
+
+
+def arccos_kernel(degree: int, norm: Array, rho: Array) -> Array:
+  """`E[relu(u)^n relu(v)^n] = (q1 q2)^(n/2) J_n(arccos rho) / (2 pi)`.
+
+  `relu(x)^0` is the step function `1[x > 0]`.
+  """
+  theta, sin = arccos_angle(rho)
+  p, q = _arccos_polynomials(degree)
+  angular = _horner(p, rho) * sin + (np.pi - theta) * _horner(q, rho)
+  if degree == 0:
+    # With zero variance the input is 0 and `step(0) = 0`.
+    return jnp.where(norm > 0, angular / (2 * np.pi), 0)
+  return norm**degree * angular / (2 * np.pi)
+
+
+def rectified_monomial_kernel_map(degree: int) -> KernelMap:
+  """Kernel map of `max(x, 0)^n`: the arc-cosine kernel of degree `n`.
+
+    E[phi(u) phi(v)]   = (q1 q2)^(n/2) J_n(t) / (2 pi)
+    E[phi'(u) phi'(v)] = n^2 (q1 q2)^((n-1)/2) J_{n-1}(t) / (2 pi)
+
+  (`phi' = n max(x, 0)^(n-1)`); for `n = 0` (the step function) the
+  derivative is zero almost everywhere and so is the derivative kernel.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c)
+    nngp = arccos_kernel(degree, norm, rho)
+    dot = None
+    if compute_dot:
+      dot = (jnp.zeros_like(nngp) if degree == 0 else
+             degree**2 * arccos_kernel(degree - 1, norm, rho))
+    return nngp, dot
+  return kernel_map
+
+
+def gabor_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `gabor(x) = exp(-x^2) sin(x)`.
+
+  The weight `exp(-(u^2 + v^2))` turns `N(0, Sigma)` into
+  `N(0, Sigma') / sqrt(D)`, `Sigma' = Sigma (I + 2 Sigma)^-1`,
+  `D = det(I + 2 Sigma) = 1 + 2 (q1 + q2) + 4 d`, `d = q1 q2 - c^2`, with
+  `Sigma' = [[q1 + 2d, c], [c, q2 + 2d]] / D`. Then
+  `sin u sin v = (cos(u - v) - cos(u + v)) / 2` and
+  `E'[cos w] = exp(-Var'[w] / 2)` give
+
+    E[phi(u) phi(v)] = (exp(-(s - 2c) / (2D)) - exp(-(s + 2c) / (2D)))
+                       / (2 sqrt(D)),        s = q1 + q2 + 4d,
+
+  and the derivative kernel `d/dc` of it (Price's theorem), by autodiff.
+  """
+  def nngp_of(c):
+    d = q1 * q2 - c**2
+    det = jnp.maximum(1 + 2 * (q1 + q2) + 4 * d, 1)
+    s = q1 + q2 + 4 * d
+    return (jnp.exp(-(s - 2 * c) / (2 * det)) -
+            jnp.exp(-(s + 2 * c) / (2 * det))) / (2 * jnp.sqrt(det))
+
+  nngp = nngp_of(c)
+  return nngp, (_price_derivative(nngp_of, c) if compute_dot else None)
+
+
+def quadrature_kernel_map(fn: Callable[[Array], Array],
+                          df: Callable[[Array], Array],
+                          deg: int) -> KernelMap:
+  """Kernel map of any `fn` by Gauss-Hermite quadrature of degree `deg`.
+
+  `u = sqrt(q1) z1`, `v = sqrt(q2) (rho z1 + sqrt(1 - rho^2) z2)` for
+  independent standard normal `z1`, `z2`; each expectation is a sum over the
+  `deg x deg` product grid of the (probabilists') Gauss-Hermite nodes, exact
+  for polynomials of degree up to `2 deg - 1` in each variable.
+  """
+  nodes, weights = np.polynomial.hermite.hermgauss(deg)
+  nodes = np.sqrt(2) * nodes  # nodes for the weight exp(-z^2 / 2)
+  weights = weights / np.sqrt(np.pi)
+
+  def expectation(f, q1, q2, c):
+    q1, q2, c = jnp.broadcast_arrays(q1, q2, c)
+    _, rho = correlation(q1, q2, c)
+    z = jnp.asarray(nodes, c.dtype)
+    w = jnp.asarray(weights, c.dtype)
+    ex = lambda x: x[..., None, None]
+    u = ex(safe_sqrt(q1)) * z[:, None]
+    v = ex(safe_sqrt(q2)) * (ex(rho) * z[:, None] +
+                             ex(safe_sqrt(1 - rho**2)) * z[None, :])
+    return jnp.sum(w[:, None] * w[None, :] * f(u) * f(v), axis=(-2, -1))
+
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = expectation(fn, q1, q2, c)
+    dot = expectation(df, q1, q2, c) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def nngp_fn_kernel_map(nngp_fn: NngpFn,
+                       d_nngp_fn: Optional[NngpFn]) -> KernelMap:
+  """Kernel map from a user's `nngp_fn(cov12, var1, var2)`.
+
+  The derivative kernel is `d_nngp_fn(cov12, var1, var2)` if given, else
+  `d nngp_fn / d cov12` by forward-mode autodiff (Price's theorem).
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    q1, q2, c = jnp.broadcast_arrays(q1, q2, c)
+    nngp = nngp_fn(c, q1, q2)
+    dot = None
+    if compute_dot:
+      dot = (d_nngp_fn(c, q1, q2) if d_nngp_fn is not None else
+             _price_derivative(lambda c: nngp_fn(c, q1, q2), c))
+    return nngp, dot
+  return kernel_map
+
+
+# -----------------------------------------------------------------------------
+# Applying a kernel map to a `Kernel`.
 
 
 def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
   """Applies a nonlinearity's kernel map to every covariance of `k`."""
   if not k.is_gaussian:
+    source = ('the raw inputs' if k.is_input else
+              'not Gaussian (e.g. the output of a nonlinearity)')
     raise ValueError(
         f'`{name}` needs Gaussian pre-activations, but its input kernel is '
-        f'{"the raw inputs" if k.is_input else "the output of a nonlinearity"}'
-        f'. Put a `Dense` (or convolution) layer before `{name}`.')
+        f'{source}. Put a `Dense` (or convolution) layer before `{name}`.')
   variances = kernel_lib.covariance_variances(k)
   cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
   nngp, dot = kernel_map(*variances['nngp'], k.nngp, k.ntk is not None)
@@ -109,12 +496,26 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
                    is_gaussian=False, is_input=False)
 
 
-def elementwise(fn: Callable[[Array], Array], kernel_map: KernelMap,
+def elementwise(fn: Optional[Callable[[Array], Array]], kernel_map: KernelMap,
                 name: str) -> Layer:
   """An elementwise layer `(init_fn, apply_fn, kernel_fn)` from `fn` and its
-  kernel map. Decorate the public constructor with `@layer`."""
+  kernel map. Decorate the public constructor with `@layer`.
+
+  Args:
+    fn: the function applied by `apply_fn`; `None` when the layer has no
+      finite-width counterpart (`apply_fn` then raises a `ValueError`).
+    kernel_map: `(q1, q2, c, compute_dot) -> (nngp, dot)`.
+    name: the layer's name, for error messages.
+  """
   init_fn = lambda rng, input_shape: (input_shape, ())
-  apply_fn = lambda params, inputs, **kwargs: fn(inputs)
+
+  def apply_fn(params, inputs, **kwargs):
+    if fn is None:
+      raise ValueError(
+          f'`{name}` has no finite-width function (`fn` is None), so its '
+          '`apply_fn` cannot be evaluated; only its `kernel_fn` is defined. '
+          f'Pass `fn=` to `{name}` to use it in a finite network.')
+    return fn(inputs)
 
   @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
@@ -123,9 +524,39 @@ def elementwise(fn: Callable[[Array], Array], kernel_map: KernelMap,
   return init_fn, apply_fn, kernel_fn
 
 
+# -----------------------------------------------------------------------------
+# Argument checks.
+
+
+def _check_int(value, name: str, minimum: int, example: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f'`{name}` must be an int >= {minimum}; got {value!r}. '
+                    f'Pass e.g. {example}.')
+  if value < minimum:
+    raise ValueError(f'`{name}` must be an int >= {minimum}; got {value}. '
+                     f'Pass e.g. {example}.')
+  return int(value)
+
+
+def _check_callable(value, name: str, example: str) -> None:
+  if not callable(value):
+    raise TypeError(f'`{name}` must be callable; got {value!r}. Pass e.g. '
+                    f'{example}.')
+
+
+# -----------------------------------------------------------------------------
+# Layers.
+
+
 @layer
+@supports_masking(remask_kernel=True)
 def Relu(do_stabilize: bool = False) -> Layer:
   """Rectified linear unit `max(x, 0)`, with the arc-cosine kernel.
+
+    nngp' = sqrt(q1 q2) / (2 pi) (sin t + (pi - t) cos t)
+    ntk'  = (pi - t) / (2 pi) * ntk,          t = arccos(c / sqrt(q1 q2))
+
+  (Cho & Saul 2009), computed stably at `t = 0` and `t = pi`.
 
   Args:
     do_stabilize: accepted for compatibility; the kernel here is always
@@ -144,12 +575,87 @@ def Relu(do_stabilize: bool = False) -> Layer:
 
 
 @layer
+@supports_masking(remask_kernel=True)
+def ABRelu(a: float, b: float, do_stabilize: bool = False) -> Layer:
+  """`a * min(x, 0) + b * max(x, 0)`, with arc-cosine kernels.
+
+    nngp' = (a - b)^2 sqrt(q1 q2) / (2 pi) (sin t - t cos t) + (a^2 + b^2) c / 2
+    ntk'  = ((a^2 + b^2)(pi - t) + 2 a b t) / (2 pi) * ntk
+
+  with `t = arccos(c / sqrt(q1 q2))` (see `ab_relu_kernel_map`).
+
+  Args:
+    a: slope for negative inputs.
+    b: slope for positive inputs.
+    do_stabilize: accepted for compatibility; the kernel is always computed
+      in a numerically stable form.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.ABRelu(-0.5, 2.)
+    >>> apply_fn((), jnp.array([-2., 3.]))
+    Array([1., 6.], dtype=float32)
+  """
+  del do_stabilize
+  fn = lambda x: a * jnp.minimum(x, 0) + b * jnp.maximum(x, 0)
+  return elementwise(fn, ab_relu_kernel_map(a, b), 'ABRelu')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def LeakyRelu(alpha: float, do_stabilize: bool = False) -> Layer:
+  """Leaky ReLU `x if x > 0 else alpha * x`: `ABRelu(alpha, 1)`.
+
+  Args:
+    alpha: slope for negative inputs.
+    do_stabilize: accepted for compatibility (always stable here).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.LeakyRelu(0.1)
+    >>> apply_fn((), jnp.array([-2., 3.]))
+    Array([-0.2,  3. ], dtype=float32)
+  """
+  del do_stabilize
+  fn = lambda x: jnp.where(x > 0, x, alpha * x)
+  return elementwise(fn, ab_relu_kernel_map(alpha, 1.), 'LeakyRelu')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Abs(do_stabilize: bool = False) -> Layer:
+  """Absolute value `|x|`: `ABRelu(-1, 1)`.
+
+    nngp' = 2 sqrt(q1 q2) / pi (sin t - t cos t) + c
+
+  Args:
+    do_stabilize: accepted for compatibility (always stable here).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Abs()
+    >>> apply_fn((), jnp.array([-2., 3.]))
+    Array([2., 3.], dtype=float32)
+  """
+  del do_stabilize
+  return elementwise(jnp.abs, ab_relu_kernel_map(-1., 1.), 'Abs')
+
+
+@layer
+@supports_masking(remask_kernel=True)
 def Erf(a: float = 1., b: float = 1., c: float = 0.) -> Layer:
   """`a * erf(b * x) + c`, with the arcsine kernel of Williams (1997).
 
-  nngp' = a^2 * 2/pi * arcsin(2 b^2 k / sqrt((1 + 2 b^2 q1)(1 + 2 b^2 q2)))
-          + c^2
-  E[phi' phi'] = a^2 * 4 b^2 / pi / sqrt((1 + 2b^2 q1)(1 + 2b^2 q2) - 4b^4 k^2)
+    nngp' = a^2 2/pi arcsin(2 b^2 k / sqrt((1 + 2 b^2 q1)(1 + 2 b^2 q2))) + c^2
+    E[phi' phi'] = a^2 4 b^2 / pi / sqrt((1 + 2b^2 q1)(1 + 2b^2 q2) - 4b^4 k^2)
+
+  where `k` is the covariance (see `erf_kernel_map` for the stable form).
 
   Args:
     a: output scale.
@@ -166,3 +672,511 @@ def Erf(a: float = 1., b: float = 1., c: float = 0.) -> Layer:
   """
   return elementwise(lambda x: a * jax.scipy.special.erf(b * x) + c,
                      erf_kernel_map(a, b, c), 'Erf')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Sigmoid_like() -> Layer:
+  """A sigmoid with a closed-form kernel: `0.5 erf(x / 2.40206) + 0.5`.
+
+  The scale `2.4020563531719796` makes it close to the logistic sigmoid
+  `1 / (1 + exp(-x))` (largest absolute difference about 0.0097). It is
+  `Erf(a=0.5, b=1 / 2.4020563531719796, c=0.5)`, so
+
+    nngp' = 1/(2 pi) arcsin(2 b^2 k / sqrt((1 + 2 b^2 q1)(1 + 2 b^2 q2))) + 1/4
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Sigmoid_like()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([0.5], dtype=float32)
+  """
+  a, b, c = 0.5, 1 / 2.4020563531719796, 0.5
+  return elementwise(lambda x: a * jax.scipy.special.erf(b * x) + c,
+                     erf_kernel_map(a, b, c), 'Sigmoid_like')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Gelu(approximate: bool = False) -> Layer:
+  """Gaussian error linear unit `gelu(x) = x Phi(x)` (Hendrycks & Gimpel).
+
+  With `A = 1/4 + arcsin(c / sqrt((1 + q1)(1 + q2))) / (2 pi)`,
+  `D = (1 + q1)(1 + q2) - c^2` and `P = 1 / (2 pi sqrt(D))`:
+
+    nngp' = c A + P (q1 q2 + c^2 (1 - q1 q2) / ((1 + q1)(1 + q2)))
+    ntk'  = (A + c P (1 / (1 + q1) + 1 / (1 + q2) + 1 / D)) * ntk
+
+  Args:
+    approximate: whether `apply_fn` uses the tanh approximation
+      `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (as
+      `jax.nn.gelu(approximate=True)`). The kernel is always that of the exact
+      GELU: the approximation differs from it by less than 5e-4 everywhere.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Gelu()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([0.], dtype=float32)
+  """
+  fn = lambda x: jax.nn.gelu(x, approximate=approximate)
+  return elementwise(fn, gelu_kernel_map, 'Gelu')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Sign() -> Layer:
+  """`sign(x)`, with `nngp' = 2/pi arcsin(c / sqrt(q1 q2))`.
+
+  The derivative of `sign` is 0 almost everywhere (as autodiff of the finite
+  network sees it), so `ntk' = 0`: layers before a `Sign` add nothing to the
+  NTK.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Sign()
+    >>> apply_fn((), jnp.array([-2., 0., 3.]))
+    Array([-1.,  0.,  1.], dtype=float32)
+  """
+  return elementwise(jnp.sign, sign_kernel_map, 'Sign')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Sin(a: float = 1., b: float = 1., c: float = 0.) -> Layer:
+  """`a * sin(b * x + c)`.
+
+    nngp' = a^2/2 (exp(-b^2 (q1 + q2 - 2k) / 2)
+                   - cos(2c) exp(-b^2 (q1 + q2 + 2k) / 2))
+    ntk'  = a^2 b^2/2 (exp(-b^2 (q1 + q2 - 2k) / 2)
+                       + cos(2c) exp(-b^2 (q1 + q2 + 2k) / 2)) * ntk
+
+  where `k` is the covariance.
+
+  Args:
+    a: output scale.
+    b: input scale (frequency).
+    c: phase.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Sin(a=2.)
+    >>> apply_fn((), jnp.zeros(1))
+    Array([0.], dtype=float32)
+  """
+  return elementwise(lambda x: a * jnp.sin(b * x + c), sin_kernel_map(a, b, c),
+                     'Sin')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Cos(a: float = 1., b: float = 1., c: float = 0.) -> Layer:
+  """`a * cos(b * x + c)`, which is `Sin(a, b, c + pi/2)`.
+
+    nngp' = a^2/2 (exp(-b^2 (q1 + q2 - 2k) / 2)
+                   + cos(2c) exp(-b^2 (q1 + q2 + 2k) / 2))
+
+  Args:
+    a: output scale.
+    b: input scale (frequency).
+    c: phase.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Cos()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([1.], dtype=float32)
+  """
+  return elementwise(lambda x: a * jnp.cos(b * x + c),
+                     sin_kernel_map(a, b, c + np.pi / 2), 'Cos')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Rbf(gamma: float = 1.0) -> Layer:
+  """Random Fourier features `sqrt(2) sin(sqrt(2 gamma) x + pi/4)`.
+
+  This is `Sin(a=sqrt(2), b=sqrt(2 gamma), c=pi/4)`; since
+  `cos(2 c) = cos(pi/2) = 0`, its kernel is exactly the RBF kernel of the
+  pre-activations,
+
+    nngp' = exp(-gamma (q1 + q2 - 2k)) = exp(-gamma E[(u - v)^2])
+    ntk'  = 2 gamma exp(-gamma (q1 + q2 - 2k)) * ntk
+
+  After `Dense(W_std=1, b_std=None)` on inputs of dimension `d` this is
+  `exp(-gamma ||x - x'||^2 / d)` (Rahimi & Recht 2007).
+
+  Args:
+    gamma: inverse length scale, `> 0`.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(1), stax.Rbf())
+    >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
+    1.0
+  """
+  a, b, c = np.sqrt(2.), np.sqrt(2. * gamma), np.pi / 4
+  return elementwise(lambda x: a * jnp.sin(b * x + c), sin_kernel_map(a, b, c),
+                     'Rbf')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Exp(a: float = 1., b: float = 1.) -> Layer:
+  """`a * exp(b * x)`, with log-normal moments.
+
+    nngp' = a^2 exp(b^2 (q1 + q2 + 2k) / 2)
+    ntk'  = a^2 b^2 exp(b^2 (q1 + q2 + 2k) / 2) * ntk
+
+  The kernel grows doubly exponentially with depth; keep variances small.
+
+  Args:
+    a: output scale.
+    b: input scale.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Exp()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([1.], dtype=float32)
+  """
+  return elementwise(lambda x: a * jnp.exp(b * x), exp_kernel_map(a, b), 'Exp')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def ExpNormalized(gamma: float = 1,
+                  shift: float = -1,
+                  do_clip: bool = False) -> Layer:
+  """The normalized exponential ("Gaussian normalized") kernel; kernel only.
+
+    nngp' = sqrt(q1 q2) exp(gamma (c / sqrt(q1 q2) + shift))
+    ntk'  = gamma exp(gamma (c / sqrt(q1 q2) + shift)) * ntk
+
+  With the default `shift = -1` this is
+  `|x| |y| exp(-gamma/2 |x/|x| - y/|y||^2)`: a Gaussian kernel between the
+  directions of the pre-activations, scaled by their norms, so that the
+  variance is preserved (`nngp' = q` on the diagonal) for any `gamma`
+  (cf. Shankar et al. 2020, "Neural Kernels Without Tangents"). The NTK uses
+  `d nngp' / d c`, the analogue of `E[phi'(u) phi'(v)]` (Price's theorem).
+
+  No elementwise function has this kernel (a function whose kernel scales
+  as `sqrt(q1 q2)` must be positively homogeneous, `a min(x, 0) + b max(x,
+  0)`, whose kernel is the arc-cosine one), so `apply_fn` raises a
+  `ValueError`; use the layer in infinite networks only.
+
+  Args:
+    gamma: exponent scale.
+    shift: added to the correlation before exponentiating.
+    do_clip: whether to clip the correlation `c / sqrt(q1 q2)` to `[-1, 1]`
+      (rounding can push it out slightly; the kernel is finite either way).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(1), stax.ExpNormalized())
+    >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
+    1.0
+  """
+  return elementwise(None, exp_normalized_kernel_map(gamma, shift, do_clip),
+                     'ExpNormalized')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Gaussian(a: float = 1., b: float = -1.) -> Layer:
+  """`a * exp(b * x^2)`.
+
+    nngp' = a^2 / sqrt(D)
+    ntk'  = 4 a^2 b^2 k / D^(3/2) * ntk,
+    D = (1 - 2b q1)(1 - 2b q2) - 4 b^2 k^2
+
+  where `k` is the covariance. For `b > 0` the moments are infinite once
+  `D <= 0`, and the kernel is `inf` there.
+
+  Args:
+    a: output scale.
+    b: exponent scale; `b < 0` for a bump.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Gaussian()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([1.], dtype=float32)
+  """
+  return elementwise(lambda x: a * jnp.exp(b * x**2), gaussian_kernel_map(a, b),
+                     'Gaussian')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Monomial(degree: int) -> Layer:
+  """`x^degree`, with Gaussian moments (Isserlis' theorem).
+
+    nngp' = E[u^n v^n] = sum_k (h(n, k))^2 k! (q1 q2)^((n - k)/2) c^k
+    ntk'  = n^2 E[u^(n-1) v^(n-1)] * ntk
+
+  with `h(n, k) = n! / (2^m m! k!)`, `n - k = 2m` (see
+  `polynomial_kernel_map`); e.g. `degree=2`: `nngp' = q1 q2 + 2 c^2`.
+
+  Args:
+    degree: non-negative int; `0` is the constant 1.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Monomial(3)
+    >>> apply_fn((), jnp.array([2.]))
+    Array([8.], dtype=float32)
+  """
+  degree = _check_int(degree, 'degree', 0, '`Monomial(2)`')
+  coef = [0.] * degree + [1.]
+  return elementwise(lambda x: x**degree, polynomial_kernel_map(coef),
+                     'Monomial')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def RectifiedMonomial(degree: int) -> Layer:
+  """`max(x, 0)^degree`: the arc-cosine kernel of degree `n` (Cho & Saul).
+
+    nngp' = (q1 q2)^(n/2) J_n(t) / (2 pi)
+    ntk'  = n^2 (q1 q2)^((n-1)/2) J_{n-1}(t) / (2 pi) * ntk
+
+  with `t = arccos(c / sqrt(q1 q2))` and
+  `J_n(t) = P_n(cos t) sin t + (pi - t) Q_n(cos t)` for polynomials from a
+  division-free recursion (see `_arccos_polynomials`), which keeps the kernel
+  and its gradients finite at `t = 0` and `t = pi`.
+
+  Args:
+    degree: non-negative int. `degree=0` is the step function `1[x > 0]`,
+      whose derivative (and NTK contribution) is zero almost everywhere;
+      `degree=1` is `Relu`.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.RectifiedMonomial(2)
+    >>> apply_fn((), jnp.array([-2., 3.]))
+    Array([0., 9.], dtype=float32)
+  """
+  degree = _check_int(degree, 'degree', 0, '`RectifiedMonomial(2)`')
+
+  def fn(x):
+    if degree == 0:
+      return jnp.where(x > 0, 1, 0).astype(x.dtype)
+    return jnp.where(x > 0, x, 0)**degree
+
+  return elementwise(fn, rectified_monomial_kernel_map(degree),
+                     'RectifiedMonomial')
+
+
+def _check_coefficients(coef) -> list[float]:
+  try:
+    values = [float(a) for a in np.asarray(coef, dtype=float).reshape(-1)]
+    ok = np.ndim(coef) == 1 and len(values) > 0
+  except (TypeError, ValueError):
+    ok = False
+  if not ok:
+    raise ValueError(
+        f'`coef` must be a non-empty 1D sequence of numbers (the coefficients '
+        f'of x^0, x^1, ...); got {coef!r}. Pass e.g. `Polynomial([0., 1., '
+        '0.5])` for x + 0.5 x^2.')
+  return values
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Polynomial(coef: Sequence[float]) -> Layer:
+  """The polynomial `p(x) = sum_i coef[i] x^i`.
+
+    nngp' = E[p(u) p(v)] = sum_k k! A_k(q1) A_k(q2) c^k
+    ntk'  = E[p'(u) p'(v)] * ntk (the same with the coefficients of p')
+
+  with `A_k(q) = sum_i coef[i] h(i, k) q^((i - k)/2)` from the Hermite
+  expansion of monomials (see `polynomial_kernel_map`).
+
+  Args:
+    coef: coefficients of `x^0, x^1, ...` (increasing powers).
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Polynomial([1., 0., 2.])
+    >>> apply_fn((), jnp.array([3.]))
+    Array([19.], dtype=float32)
+  """
+  coef = _check_coefficients(coef)
+  return elementwise(lambda x: _horner(coef, x), polynomial_kernel_map(coef),
+                     'Polynomial')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Hermite(degree: int) -> Layer:
+  """The normalized probabilists' Hermite polynomial `He_n(x) / sqrt(n!)`.
+
+  `He_0 = 1`, `He_1 = x`, `He_{n+1} = x He_n - n He_{n-1}`. The normalization
+  makes `E[He_n(z)^2] / n! = 1` for standard normal `z`, and for unit-variance
+  pre-activations (`q1 = q2 = 1`, e.g. after `LayerNorm`)
+
+    nngp' = c^n,      ntk' = n c^(n-1) * ntk.
+
+  For other variances the kernel is the exact `E[He_n(u) He_n(v)] / n!`, a
+  polynomial in `q1`, `q2`, `c` (see `polynomial_kernel_map`).
+
+  Args:
+    degree: non-negative int.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Hermite(2)
+    >>> apply_fn((), jnp.array([3.]))  # (9 - 1) / sqrt(2)
+    Array([5.656854], dtype=float32)
+  """
+  degree = _check_int(degree, 'degree', 0, '`Hermite(3)`')
+  basis = [0.] * degree + [1.]
+  coef = list(np.polynomial.hermite_e.herme2poly(basis) /
+              math.sqrt(math.factorial(degree)))
+  return elementwise(lambda x: _horner(coef, x), polynomial_kernel_map(coef),
+                     'Hermite')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Gabor() -> Layer:
+  """The Gabor function `exp(-x^2) sin(x)`.
+
+  With `d = q1 q2 - c^2`, `D = 1 + 2 (q1 + q2) + 4d` and `s = q1 + q2 + 4d`
+  (derived in `gabor_kernel_map`):
+
+    nngp' = (exp(-(s - 2c) / (2D)) - exp(-(s + 2c) / (2D))) / (2 sqrt(D))
+    ntk'  = d nngp' / d c * ntk        (Price's theorem)
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Gabor()
+    >>> apply_fn((), jnp.zeros(1))
+    Array([0.], dtype=float32)
+  """
+  return elementwise(lambda x: jnp.exp(-x**2) * jnp.sin(x), gabor_kernel_map,
+                     'Gabor')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def Elementwise(fn: Optional[Callable[[Array], Array]] = None,
+                nngp_fn: Optional[NngpFn] = None,
+                d_nngp_fn: Optional[NngpFn] = None) -> Layer:
+  """A custom elementwise nonlinearity with a user-supplied kernel.
+
+    nngp' = nngp_fn(c, q1, q2)         = E[fn(u) fn(v)]
+    ntk'  = d_nngp_fn(c, q1, q2) * ntk = E[fn'(u) fn'(v)] * ntk
+
+  where `d_nngp_fn` defaults to `d nngp_fn / d c` by autodiff, which equals
+  `E[fn'(u) fn'(v)]` by Price's theorem. `nngp_fn` must act elementwise on
+  its (same-shaped) arguments, and, for the default `d_nngp_fn`, be
+  differentiable in `c` on `|c| <= sqrt(q1 q2)` including the endpoints (write
+  angles as `atan2(sqrt(max(1 - rho^2, eps^2)), rho)` rather than
+  `arccos(rho)`, or pass `d_nngp_fn`).
+
+  Args:
+    fn: the function applied by `apply_fn`; with `fn=None`, `apply_fn` raises
+      a `ValueError` (a kernel-only layer).
+    nngp_fn: `(cov12, var1, var2) -> E[fn(u) fn(v)]` for
+      `(u, v) ~ N(0, [[var1, cov12], [cov12, var2]])`.
+    d_nngp_fn: `(cov12, var1, var2) -> E[fn'(u) fn'(v)]`, or None.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> nngp_fn = lambda c, q1, q2: 2 / np.pi * jnp.arcsin(
+    ...     2 * c / jnp.sqrt((1 + 2 * q1) * (1 + 2 * q2)))
+    >>> layer = stax.Elementwise(jax.scipy.special.erf, nngp_fn)  # = Erf()
+  """
+  if fn is None and nngp_fn is None:
+    raise ValueError(
+        '`Elementwise` needs `fn` (the function of the finite network) or '
+        '`nngp_fn` (its kernel); got neither (fn=None, nngp_fn=None). Pass '
+        'e.g. `Elementwise(fn=jnp.tanh, nngp_fn=...)`, or '
+        '`ElementwiseNumerical(fn, deg=25)` to integrate `fn` numerically.')
+  if fn is not None:
+    _check_callable(fn, 'fn', '`fn=jnp.tanh`')
+  if d_nngp_fn is not None:
+    _check_callable(d_nngp_fn, 'd_nngp_fn', 'the kernel of `fn\'`')
+  if nngp_fn is None:
+    def kernel_map(q1, q2, c, compute_dot):
+      raise ValueError(
+          '`Elementwise(fn=...)` was given no `nngp_fn` (nngp_fn=None), so it '
+          'has no kernel. Pass `nngp_fn=` (E[fn(u) fn(v)]), or use '
+          '`ElementwiseNumerical(fn, deg=25)` to integrate it numerically.')
+  else:
+    _check_callable(nngp_fn, 'nngp_fn', 'a function (cov12, var1, var2) -> '
+                    'E[fn(u) fn(v)]')
+    kernel_map = nngp_fn_kernel_map(nngp_fn, d_nngp_fn)
+  return elementwise(fn, kernel_map, 'Elementwise')
+
+
+@layer
+@supports_masking(remask_kernel=True)
+def ElementwiseNumerical(fn: Callable[[Array], Array],
+                         deg: int,
+                         df: Optional[Callable[[Array], Array]] = None
+                         ) -> Layer:
+  """Any elementwise `fn`, its kernel by Gauss-Hermite quadrature.
+
+    nngp' = E[fn(u) fn(v)]  ~ sum_ij w_i w_j fn(u_ij) fn(v_ij)
+    ntk'  = E[fn'(u) fn'(v)] * ntk  (the same quadrature with `df`)
+
+  over the `deg x deg` grid of Gauss-Hermite nodes (see
+  `quadrature_kernel_map`). The quadrature is exact for polynomials of degree
+  `< 2 deg`; smooth functions converge fast in `deg`, functions with kinks
+  or jumps slowly: for ReLU at `deg=100` the NNGP is off by about 1e-3 and the
+  derivative kernel (of the step function) by about 2e-2, relative. Memory
+  and time grow as `deg^2` times the kernel's size.
+
+  Args:
+    fn: elementwise function.
+    deg: quadrature degree, a positive int (e.g. 25).
+    df: derivative of `fn`; defaults to `fn`'s derivative by autodiff.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(
+    ...     stax.Dense(1), stax.ElementwiseNumerical(jnp.tanh, deg=25))
+  """
+  _check_callable(fn, 'fn', '`fn=jnp.tanh`')
+  deg = _check_int(deg, 'deg', 1, '`deg=25`')
+  if df is None:
+    df = lambda x: jax.jvp(fn, (x,), (jnp.ones_like(x),))[1]
+  else:
+    _check_callable(df, 'df', 'the derivative of `fn`')
+  return elementwise(fn, quadrature_kernel_map(fn, df, deg),
+                     'ElementwiseNumerical')

@@ -15,9 +15,35 @@ from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
+from neural_tangents._src.utils.utils import canonicalize_axis
+
+# Convolutions and pooling live in their own modules; re-exported here so
+# that they can be imported next to `Dense`.
+# pylint: disable=unused-import,g-bad-import-order
+from neural_tangents._src.stax.aggregate import Aggregate
+from neural_tangents._src.stax.aggregate import AggregateImplementation
+from neural_tangents._src.stax.attention import AttentionMechanism
+from neural_tangents._src.stax.attention import GlobalSelfAttention
+from neural_tangents._src.stax.attention import PositionalEmbedding
+from neural_tangents._src.stax.convolution import Conv
+from neural_tangents._src.stax.convolution import ConvLocal
+from neural_tangents._src.stax.convolution import ConvTranspose
+from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.dropout import Dropout
+from neural_tangents._src.stax.normalization import LayerNorm
+from neural_tangents._src.stax.pooling import AvgPool
+from neural_tangents._src.stax.pooling import GlobalAvgPool
+from neural_tangents._src.stax.pooling import GlobalSumPool
+from neural_tangents._src.stax.pooling import SumPool
+from neural_tangents._src.stax.spatial import DotGeneral
+from neural_tangents._src.stax.spatial import ImageResize
+from neural_tangents._src.stax.spatial import Index
+from neural_tangents._src.stax.spatial import Slice
+# pylint: enable=unused-import,g-bad-import-order
 
 
 class Parameterization(str, enum.Enum):
@@ -33,13 +59,6 @@ def _parameterization(parameterization: str) -> Parameterization:
     raise ValueError(
         f'`parameterization` must be "ntk" or "standard"; got '
         f'{parameterization!r}.') from None
-
-
-def _axis(axis: int, ndim: int, name: str) -> int:
-  if not -ndim <= axis < ndim:
-    raise ValueError(f'`{name}`={axis} is out of range for inputs of rank '
-                     f'{ndim}. Pass an axis in [{-ndim}, {ndim}).')
-  return axis % ndim
 
 
 def _check_axes_match(k: Kernel, batch_axis: int, channel_axis: int,
@@ -64,6 +83,7 @@ def _affine(x: Optional[jax.Array], W_std: float,
 
 
 @layer
+@supports_masking(remask_kernel=True)
 def Dense(out_dim: int,
           W_std: float = 1.,
           b_std: Optional[float] = None,
@@ -89,6 +109,9 @@ def Dense(out_dim: int,
   layer, the `out_dim` of the previous layer) and `s[0]` scales it to the
   actual width of a wider network (Sohl-Dickstein et al. 2020). `s[1]` is
   accepted for API compatibility and scales this layer's recorded width.
+
+  Masked inputs (see `masking`): an output position is masked iff all its
+  input channels are; masked outputs (and their covariances) are zero.
 
   Args:
     out_dim: number of output channels, positive.
@@ -120,7 +143,7 @@ def Dense(out_dim: int,
 
   def init_fn(rng, input_shape):
     ndim = len(input_shape)
-    c_axis = _axis(channel_axis, ndim, 'channel_axis')
+    c_axis = canonicalize_axis(channel_axis, ndim, 'channel_axis')
     fan_in = input_shape[c_axis]
     output_shape = tuple(input_shape[:c_axis]) + (out_dim,) + tuple(
         input_shape[c_axis + 1:])
@@ -136,7 +159,7 @@ def Dense(out_dim: int,
 
   def apply_fn(params, inputs, **kwargs):
     W, b = params
-    c_axis = _axis(channel_axis, inputs.ndim, 'channel_axis')
+    c_axis = canonicalize_axis(channel_axis, inputs.ndim, 'channel_axis')
     if inputs.shape[c_axis] != W.shape[0]:
       raise ValueError(
           f'`Dense` expects {W.shape[0]} channels on axis {channel_axis} of its '
@@ -178,7 +201,11 @@ def Dense(out_dim: int,
         shape1=_replace_at(k.shape1, c_axis, width),
         shape2=_replace_at(k.shape2, c_axis, width))
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(mask, input_shape):
+    # Channels are mixed: a position is masked iff all its channels are.
+    return jnp.all(mask, axis=channel_axis, keepdims=True)
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
 
 
 def _replace_at(shape: Sequence[int], axis: int, value: int) -> tuple[int, ...]:
@@ -188,6 +215,7 @@ def _replace_at(shape: Sequence[int], axis: int, value: int) -> tuple[int, ...]:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def Identity() -> Layer:
   """The identity layer: `apply_fn(params, x) = x`, kernel unchanged.
 
@@ -207,12 +235,14 @@ def Identity() -> Layer:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   """Flattens all non-batch axes into one channel axis.
 
   The output's channels are the input's (position, channel) pairs, so its
   kernel is the mean over positions of the input kernel's spatial diagonal
-  (Novak et al. 2019): only the spatial diagonal is ever needed.
+  (Novak et al. 2019): only the spatial diagonal is ever needed. Masked
+  entries (see `masking`) are zero features of the output, which has no mask.
 
   Args:
     batch_axis: batch axis of the inputs.
@@ -233,7 +263,7 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   channel_axis_out = 1 - batch_axis_out
 
   def output_shape(input_shape):
-    b = _axis(batch_axis, len(input_shape), 'batch_axis')
+    b = canonicalize_axis(batch_axis, len(input_shape), 'batch_axis')
     rest = math.prod(s for i, s in enumerate(input_shape) if i != b)
     return ((input_shape[b], rest) if batch_axis_out == 0 else
             (rest, input_shape[b]))
@@ -242,7 +272,7 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
     return output_shape(input_shape), ()
 
   def apply_fn(params, inputs, **kwargs):
-    b = _axis(batch_axis, inputs.ndim, 'batch_axis')
+    b = canonicalize_axis(batch_axis, inputs.ndim, 'batch_axis')
     out = jnp.moveaxis(inputs, b, 0).reshape(inputs.shape[b], -1)
     return out if batch_axis_out == 0 else out.T
 
@@ -271,4 +301,8 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
         batch_axis=batch_axis_out,
         channel_axis=channel_axis_out)
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(mask, input_shape):
+    # Masked entries are zeros among the flattened features; none is masked.
+    return None
+
+  return init_fn, apply_fn, kernel_fn, mask_fn

@@ -85,7 +85,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from neural_tangents._src.utils import dataclasses
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -335,6 +334,17 @@ def _kernel_shapes(k: Any, which: str) -> Any:
   return getattr(k, which)
 
 
+def _set_masks(out: Any, mask1: Any, mask2: Any, remask: bool) -> Any:
+  """Sets the output masks of a kernel (or of each of a list of kernels, for
+  layers with several outputs and a list of masks each) and re-masks."""
+  if isinstance(out, (list, tuple)):
+    as_list = lambda m: m if isinstance(m, (list, tuple)) else [m] * len(out)
+    return type(out)(_set_masks(o, m1, m2, remask) for o, m1, m2 in zip(
+        out, as_list(mask1), as_list(mask2)))
+  out = out.replace(mask1=mask1, mask2=mask2)
+  return mask_covariances(out) if remask else out
+
+
 def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
   """Declares that a layer handles masked inputs (see the module docstring).
 
@@ -381,12 +391,13 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
         if not kernel_is_masked(k):
           return kernel_op(k, **kwargs)
         out = kernel_op(k, **kwargs)
-        out = out.replace(
-            mask1=_map_mask_fn(mask_fn, _kernel_masks(k, 'mask1'),
-                               _kernel_shapes(k, 'shape1')),
-            mask2=_map_mask_fn(mask_fn, _kernel_masks(k, 'mask2'),
-                               _kernel_shapes(k, 'shape2')))
-        return mask_covariances(out) if remask_kernel else out
+        return _set_masks(
+            out,
+            _map_mask_fn(mask_fn, _kernel_masks(k, 'mask1'),
+                         _kernel_shapes(k, 'shape1')),
+            _map_mask_fn(mask_fn, _kernel_masks(k, 'mask2'),
+                         _kernel_shapes(k, 'shape2')),
+            remask_kernel)
 
       for fn in (masked_apply_fn, masked_kernel_op):
         fn.supports_masking = True

@@ -1,0 +1,552 @@
+"""Constant linear maps of positions: `ImageResize`, `Index`, `DotGeneral`.
+
+Each layer applies a fixed linear map `M` to the positions of its inputs, the
+same for every channel and every example. Channels stay independent and
+identically distributed, so the kernel is the *two-point* map of the input
+kernel (one copy of `M` on the positions of `x1`, one on those of `x2`):
+
+  nngp'(x, x')[t, t'] = sum_{s, s'} M[t, s] M[t', s'] nngp(x, x')[s, s']
+
+and the same for `ntk`, `cov1`, `cov2` (the layers have no parameters).
+"""
+from typing import Any, Optional, Sequence, Union
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src.stax.requirements import Bool
+from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.requirements import ensure_full_spatial
+from neural_tangents._src.stax.requirements import layer
+from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils.kernel import Kernel
+from neural_tangents._src.utils.typing import Layer
+
+Array = jax.Array
+
+
+def _check_layout(k: Kernel, batch_axis: int, channel_axis: int,
+                  name: str) -> None:
+  ndim = len(k.shape1)
+  if (batch_axis % ndim != k.batch_axis % ndim or
+      channel_axis % ndim != k.channel_axis % ndim):
+    raise ValueError(
+        f'`{name}(batch_axis={batch_axis}, channel_axis={channel_axis})` does '
+        f'not match the layout of its inputs (batch_axis={k.batch_axis}, '
+        f'channel_axis={k.channel_axis}). Pass the same axes to every layer.')
+
+
+def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int) -> list[int]:
+  skip = {batch_axis % ndim, channel_axis % ndim}
+  return [i for i in range(ndim) if i not in skip]
+
+
+def _map_spatial_pairs(k: Kernel, fn) -> Kernel:
+  """Applies `fn(x, axis)` to both axes of every spatial pair of every
+  covariance (or to the single axis of each, when spatially diagonal).
+
+  `fn(x, axis, spatial_index)` maps axis `axis` of `x`, which holds spatial
+  dimension `spatial_index`, and may change its size (or remove it).
+  """
+  def apply(x, n_batch):
+    if x is None:
+      return None
+    # Walk dimensions last to first so that earlier axis numbers stay valid.
+    for i in reversed(range(k.n_spatial)):
+      if k.diagonal_spatial:
+        x = fn(x, n_batch + i, i)
+      else:
+        x = fn(x, n_batch + 2 * i + 1, i)
+        x = fn(x, n_batch + 2 * i, i)
+    return x
+
+  n_cov = 1 if k.diagonal_batch else 2
+  return k.replace(nngp=apply(k.nngp, 2), ntk=apply(k.ntk, 2),
+                   cov1=apply(k.cov1, n_cov), cov2=apply(k.cov2, n_cov))
+
+
+# -----------------------------------------------------------------------------
+# `ImageResize`.
+
+
+def _resize_shape(shape: Sequence[int], input_shape: Sequence[int],
+                  batch_axis: int, channel_axis: int) -> tuple[int, ...]:
+  """The output shape: `shape` with `-1` entries taken from `input_shape`."""
+  ndim = len(input_shape)
+  if len(shape) != ndim:
+    raise ValueError(
+        f'`shape` must have one entry per input axis ({ndim}); got '
+        f'{tuple(shape)} for inputs of shape {tuple(input_shape)}. Use -1 '
+        'for axes to keep, e.g. `(-1, 16, 16, -1)`.')
+  out = tuple(i if s == -1 else s for s, i in zip(shape, input_shape))
+  for axis, name in ((batch_axis % ndim, 'batch'),
+                     (channel_axis % ndim, 'channel')):
+    if shape[axis] != -1 and out[axis] != input_shape[axis]:
+      raise ValueError(
+          f'`shape`={tuple(shape)} resizes the {name} axis {axis} (from '
+          f'{input_shape[axis]} to {shape[axis]}), which `ImageResize` cannot '
+          f'do: only spatial axes are resized. Pass -1 for the {name} axis.')
+  if any(s <= 0 and s != -1 for s in shape):
+    raise ValueError(f'`shape` must hold positive sizes or -1; got '
+                     f'{tuple(shape)}.')
+  return out
+
+
+@layer
+def ImageResize(shape: Sequence[int],
+                method: Union[str, jax.image.ResizeMethod],
+                antialias: bool = True,
+                precision: lax.Precision = lax.Precision.HIGHEST,
+                batch_axis: int = 0,
+                channel_axis: int = -1) -> Layer:
+  """Resizes the spatial axes of activations with `jax.image.resize`.
+
+  Every method (`nearest`, `linear`/`bilinear`/`trilinear`, `cubic`,
+  `lanczos3`, `lanczos5`, ...) is a separable linear map of positions
+  `M = M_1 x ... x M_d`, so the kernel is the two-point resize
+
+    nngp'[t_1, t_1', ..., t_d, t_d'] =
+        sum M_1[t_1, s_1] M_1[t_1', s_1'] ... nngp[s_1, s_1', ..., s_d, s_d']
+
+  (and likewise `ntk`, `cov1`, `cov2`), with `M_i` the resize of an identity
+  matrix. `nearest` only selects positions, so it keeps a spatially diagonal
+  kernel diagonal; the other methods need the full spatial covariance.
+
+  Masked inputs are not supported (`ValueError`).
+
+  Args:
+    shape: output shape, one entry per input axis; `-1` keeps an axis' size.
+      The batch and channel axes must be kept (`-1` or their current size).
+    method: a `jax.image.ResizeMethod` or its name.
+    antialias: whether to antialias when downsampling (see
+      `jax.image.resize`).
+    precision: precision of the resize's contractions.
+    batch_axis: batch axis of the inputs.
+    channel_axis: channel axis of the inputs.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, kernel_fn = stax.ImageResize((-1, 16, 16, -1), 'linear')
+    >>> apply_fn((), jnp.ones((2, 8, 8, 3))).shape
+    (2, 16, 16, 3)
+  """
+  if isinstance(method, str):
+    try:
+      method = jax.image.ResizeMethod.from_string(method)
+    except ValueError as e:
+      raise ValueError(f'`method` {method!r} is not a resize method: {e}. '
+                       'Pass e.g. "nearest" or "linear".') from None
+  shape = tuple(shape)
+  selects = method == jax.image.ResizeMethod.NEAREST
+
+  def resize(x, out_shape):
+    return jax.image.resize(x, out_shape, method=method, antialias=antialias,
+                            precision=precision)
+
+  def init_fn(rng, input_shape):
+    return _resize_shape(shape, input_shape, batch_axis, channel_axis), ()
+
+  def apply_fn(params, inputs, **kwargs):
+    return resize(inputs, _resize_shape(shape, inputs.shape, batch_axis,
+                                        channel_axis))
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(),
+            diagonal_spatial=Diagonal(input=Bool.MAYBE if selects else
+                                      Bool.NO))
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    _check_layout(k, batch_axis, channel_axis, 'ImageResize')
+    if not selects:
+      k = ensure_full_spatial(k)
+    out1 = _resize_shape(shape, k.shape1, batch_axis, channel_axis)
+    out2 = _resize_shape(shape, k.shape2, batch_axis, channel_axis)
+    sizes_in = k.spatial_shape1
+    sizes_out = kernel_lib.spatial_shape(out1, k.batch_axis, k.channel_axis)
+    matrices = [resize(jnp.eye(s, dtype=k.nngp.dtype), (t, s))
+                for s, t in zip(sizes_in, sizes_out)]
+
+    def resize_axis(x, axis, i):
+      if sizes_in[i] == sizes_out[i]:
+        return x
+      return jnp.moveaxis(jnp.tensordot(matrices[i], x, axes=(1, axis),
+                                        precision=lax.Precision.HIGHEST),
+                          0, axis)
+
+    return _map_spatial_pairs(k, resize_axis).replace(shape1=out1,
+                                                      shape2=out2)
+
+  return init_fn, apply_fn, kernel_fn
+
+
+# -----------------------------------------------------------------------------
+# `Index` and `Slice`.
+
+
+class _SliceHelper:
+  """`Slice[...]` returns its index: `stax.Slice[:, 1:, ::2]` is
+  `(slice(None), slice(1, None), slice(None, None, 2))`."""
+
+  def __getitem__(self, idx: Any) -> Any:
+    return idx
+
+
+Slice = _SliceHelper()
+
+
+def _expand_index(idx: Any, ndim: int) -> list[Union[int, slice]]:
+  """`idx` as one `int` or `slice` per axis (`Ellipsis` expanded)."""
+  idx = idx if isinstance(idx, tuple) else (idx,)
+  for i in idx:
+    if not (i is Ellipsis or isinstance(i, slice) or
+            (isinstance(i, (int, np.integer)) and not isinstance(i, bool))):
+      raise TypeError(
+          f'`idx` may only hold ints, slices and `...`; got {i!r} in {idx!r}. '
+          'Build it with `stax.Slice`, e.g. `stax.Slice[:, 1:, ::2]`.')
+  n_ellipsis = sum(i is Ellipsis for i in idx)
+  if n_ellipsis > 1:
+    raise ValueError(f'`idx` may hold at most one `...`; got {idx!r}.')
+  n_given = len(idx) - n_ellipsis
+  if n_given > ndim:
+    raise ValueError(f'`idx`={idx!r} indexes {n_given} axes of inputs of rank '
+                     f'{ndim}. Index at most {ndim} axes.')
+  if n_ellipsis:
+    at = idx.index(Ellipsis)
+    idx = idx[:at] + (slice(None),) * (ndim - n_given) + idx[at + 1:]
+  else:
+    idx = idx + (slice(None),) * (ndim - n_given)
+  return list(idx)
+
+
+def _indexed_size(i: Union[int, slice], size: int) -> Optional[int]:
+  """Size of an axis of `size` after index `i` (`None`: the axis is gone)."""
+  if isinstance(i, slice):
+    return len(range(*i.indices(size)))
+  if not -size <= i < size:
+    raise ValueError(f'`idx` entry {i} is out of range for an axis of size '
+                     f'{size}.')
+  return None
+
+
+@layer
+@supports_masking(remask_kernel=False)
+def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
+  """Indexes activations: `apply_fn(params, x) = x[idx]`.
+
+  `idx` holds ints, slices and at most one `...` (build it with `stax.Slice`).
+
+  * Spatial axes: ints and slices select positions, so the kernel is indexed
+    the same way on both axes of each spatial pair (an int removes the pair).
+  * Channel axis: a slice keeps a subset of channels. Hidden channels are
+    i.i.d., so the kernel is unchanged (only the channel count changes); raw
+    inputs' channels are not, so `kernel_fn` raises `ValueError` for them
+    (index the inputs before calling `kernel_fn`). This also assumes the
+    channels were not built by concatenating different branches
+    (`FanInConcat` on channels).
+  * Batch axis: a slice selects examples of both `x1` and `x2`; the kernel's
+    rows and columns are indexed alike.
+  * Ints on the batch or channel axis (which would remove the axis) raise a
+    `ValueError`; use a length-1 slice instead.
+
+  Masks are indexed with the activations.
+
+  Args:
+    idx: the index, e.g. `stax.Slice[:, 1:, ::2]`.
+    batch_axis: batch axis of the inputs.
+    channel_axis: channel axis of the inputs.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> _, apply_fn, _ = stax.Index(stax.Slice[:, ::2])
+    >>> apply_fn((), jnp.ones((2, 8, 3))).shape
+    (2, 4, 3)
+  """
+  _expand_index(idx, 64)  # Validates the entries' types early.
+
+  def resolve(ndim: int) -> list[Union[int, slice]]:
+    full = _expand_index(idx, ndim)
+    for axis, name in ((batch_axis % ndim, 'batch'),
+                       (channel_axis % ndim, 'channel')):
+      if not isinstance(full[axis], slice):
+        raise ValueError(
+            f'`idx`={idx!r} indexes the {name} axis {axis} with the integer '
+            f'{full[axis]}, which would remove it. Use a length-1 slice, e.g. '
+            f'`{full[axis]}:{full[axis] + 1}`.')
+    return full
+
+  def output_shape(input_shape):
+    full = resolve(len(input_shape))
+    sizes = [_indexed_size(i, s) for i, s in zip(full, input_shape)]
+    return tuple(s for s in sizes if s is not None)
+
+  def output_axes(ndim: int) -> tuple[int, int]:
+    full = resolve(ndim)
+    kept = [a for a in range(ndim) if isinstance(full[a], slice)]
+    return kept.index(batch_axis % ndim), kept.index(channel_axis % ndim)
+
+  def init_fn(rng, input_shape):
+    shape = tuple(input_shape)
+    ndim = len(shape)
+    b = batch_axis % ndim
+    if shape[b] == -1:  # Unknown batch size: any slice keeps it unknown.
+      out = output_shape(shape[:b] + (1,) + shape[b + 1:])
+      return out[:output_axes(ndim)[0]] + (-1,) + out[output_axes(ndim)[0] +
+                                                       1:], ()
+    return output_shape(shape), ()
+
+  def apply_fn(params, inputs, **kwargs):
+    return inputs[tuple(resolve(inputs.ndim))]
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    _check_layout(k, batch_axis, channel_axis, 'Index')
+    ndim = len(k.shape1)
+    full = resolve(ndim)
+    b, c = k.batch_axis % ndim, k.channel_axis % ndim
+    if full[c] != slice(None) and k.is_input:
+      raise ValueError(
+          f'`Index` of the channel axis ({full[c]}) of raw inputs: their '
+          'channels are not identically distributed, so their kernel cannot '
+          'be computed from that of all channels. Index the inputs before '
+          'calling `kernel_fn`, or index channels after a `Dense` layer.')
+    if full[c] != slice(None) and _indexed_size(full[c], k.shape1[c]) == 0:
+      raise ValueError(f'`idx`={idx!r} keeps no channel. Keep at least one.')
+    spatial_idx = [full[a] for a in _spatial_axes(ndim, b, c)]
+
+    def index_axis(x, axis, i):
+      return x[(slice(None),) * axis + (spatial_idx[i],)]
+
+    k = _map_spatial_pairs(k, index_axis)
+    bi = full[b]
+    if bi != slice(None):
+      pair = lambda x: None if x is None else x[bi][:, bi]
+      single = lambda x: None if x is None else x[bi]
+      cov = single if k.diagonal_batch else pair
+      k = k.replace(nngp=pair(k.nngp), ntk=pair(k.ntk), cov1=cov(k.cov1),
+                    cov2=cov(k.cov2))
+    new_b, new_c = output_axes(ndim)
+    return k.replace(shape1=output_shape(k.shape1),
+                     shape2=output_shape(k.shape2),
+                     batch_axis=new_b, channel_axis=new_c)
+
+  def mask_fn(mask, input_shape):
+    ndim = len(input_shape)
+    full = resolve(ndim)
+    c = channel_axis % ndim
+    # Broadcast first, as a size-1 mask axis must be indexed like a full one;
+    # except a channel-independent mask, which stays so.
+    shape = list(input_shape)
+    if mask.shape[c] == 1:
+      shape[c], full[c] = 1, slice(None)
+    return jnp.broadcast_to(mask, shape)[tuple(full)]
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
+
+
+# -----------------------------------------------------------------------------
+# `DotGeneral`.
+
+
+DimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
+                         tuple[Sequence[int], Sequence[int]]]
+
+
+def _dot_general_axis(axis: int, ndim: int, const_ndim: int,
+                      dimension_numbers: DimensionNumbers,
+                      inputs_are_lhs: bool) -> Optional[int]:
+  """Where `lax.dot_general` puts free input axis `axis` (None if not free)."""
+  (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
+  x_contract, x_batch = (c_lhs, b_lhs) if inputs_are_lhs else (c_rhs, b_rhs)
+  used = {a % ndim for a in tuple(x_contract) + tuple(x_batch)}
+  if axis in used:
+    return None
+  x_free = [a for a in range(ndim) if a not in used]
+  n_batch = len(tuple(b_lhs))
+  if inputs_are_lhs:
+    return n_batch + x_free.index(axis)
+  n_const_free = const_ndim - len(tuple(c_lhs)) - n_batch
+  return n_batch + n_const_free + x_free.index(axis)
+
+
+def _standard_order(ndim: int, b: int, c: int) -> list[int]:
+  return [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
+
+
+@layer
+def DotGeneral(lhs: Optional[Array] = None,
+               rhs: Optional[Array] = None,
+               dimension_numbers: DimensionNumbers = (((), ()), ((), ())),
+               precision: Optional[lax.Precision] = None,
+               batch_axis: int = 0,
+               channel_axis: int = -1) -> Layer:
+  """Multiplies activations by a constant array with `lax.dot_general`.
+
+  `apply_fn(params, x) = lax.dot_general(x, rhs, dimension_numbers,
+  precision)` when `rhs` is given, `lax.dot_general(lhs, x, ...)` when `lhs`
+  is given, and `x` when neither is. The constant is not a parameter.
+
+  Supported by `kernel_fn`: any contraction or (dot_general-)batching of the
+  *spatial* axes of `x` with axes of the constant. The result is a fixed
+  linear map of positions, identical for every channel and example, so the
+  kernel is the two-point map (see the module docstring); it is computed by
+  applying the same `dot_general` to the covariances, once on the positions
+  of `x1` and once on those of `x2`. New free axes of the constant become
+  spatial axes of the output. The output's batch and channel axes are where
+  `dot_general` puts them (its batch dims, then the free axes of the left,
+  then of the right operand); the kernel records them, and the next layers
+  must be given those axes.
+
+  Not supported (`kernel_fn` raises `ValueError`): the batch axis or the
+  channel axis in `dimension_numbers`. A constant cannot mix the infinitely
+  many channels of an infinite-width layer (use `Dense` for a learned channel
+  map), and mixing examples depends on which examples are in `x1` and `x2`.
+  `apply_fn` computes any `dot_general`. Masked inputs are not supported
+  (`ValueError`).
+
+  Args:
+    lhs: constant left operand, or `None` (inputs on the left).
+    rhs: constant right operand, or `None` (inputs on the right). At most one
+      of `lhs`, `rhs` may be given.
+    dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch,
+      rhs_batch))`, as in `lax.dot_general`.
+    precision: precision of `apply_fn`'s contraction (`kernel_fn` uses the
+      highest).
+    batch_axis: batch axis of the inputs.
+    channel_axis: channel axis of the inputs.
+
+  Returns:
+    `(init_fn, apply_fn, kernel_fn)`.
+
+  Example:
+    >>> # Averages pairs of neighboring positions of (N, 8, C) inputs.
+    >>> pool = jnp.kron(jnp.eye(4), jnp.ones((1, 2)) / 2)  # (4, 8)
+    >>> _, apply_fn, kernel_fn = stax.DotGeneral(
+    ...     lhs=pool, dimension_numbers=(((1,), (1,)), ((), ())))
+    >>> apply_fn((), jnp.ones((2, 8, 3))).shape  # lhs's free axis comes first
+    (4, 2, 3)
+    >>> kernel_fn(jnp.ones((2, 8, 3))).batch_axis  # so the batch axis is 1.
+    1
+  """
+  if lhs is not None and rhs is not None:
+    raise ValueError(
+        '`DotGeneral` takes one constant: pass `lhs` or `rhs`, not both. '
+        'Chain two `DotGeneral` layers to multiply on both sides.')
+  const = lhs if lhs is not None else rhs
+  inputs_are_lhs = rhs is not None
+  const = None if const is None else jnp.asarray(const)
+
+  def dot(x, prec):
+    if const is None:
+      return x
+    if inputs_are_lhs:
+      return lax.dot_general(x, const, dimension_numbers, prec)
+    return lax.dot_general(const, x, dimension_numbers, prec)
+
+  def out_axes(ndim: int, which: str) -> tuple[int, int]:
+    b, c = batch_axis % ndim, channel_axis % ndim
+    if const is None:
+      return b, c
+    axes = [_dot_general_axis(a, ndim, const.ndim, dimension_numbers,
+                              inputs_are_lhs) for a in (b, c)]
+    for a, name, out in zip((b, c), ('batch', 'channel'), axes):
+      if out is None:
+        raise ValueError(
+            f'`dimension_numbers`={dimension_numbers} contracts or batches the '
+            f'{name} axis {a} of the inputs, which `DotGeneral`\'s {which} '
+            'does not support. Only contract / batch spatial axes; use '
+            '`Dense` to map channels, and index examples before the network.')
+    return axes[0], axes[1]
+
+  def output_shape(input_shape):
+    shape = tuple(1 if s == -1 else s for s in input_shape)
+    out = jax.eval_shape(lambda x: dot(x, precision),
+                         jax.ShapeDtypeStruct(shape, jnp.float32)).shape
+    b = batch_axis % len(input_shape)
+    if input_shape[b] == -1:
+      out_b = _dot_general_axis(b, len(shape), 0 if const is None else
+                                const.ndim, dimension_numbers, inputs_are_lhs)
+      if out_b is not None:
+        out = out[:out_b] + (-1,) + out[out_b + 1:]
+    return tuple(out)
+
+  def init_fn(rng, input_shape):
+    return output_shape(input_shape), ()
+
+  def apply_fn(params, inputs, **kwargs):
+    return dot(inputs, precision)
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
+                input=Bool.NO if const is not None else Bool.MAYBE))
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    _check_layout(k, batch_axis, channel_axis, 'DotGeneral')
+    if const is None:
+      return k
+    k = ensure_full_spatial(k)
+    ndim = len(k.shape1)
+    b, c = k.batch_axis % ndim, k.channel_axis % ndim
+    out_b, out_c = out_axes(ndim, 'kernel_fn')
+    out_shape1, out_shape2 = output_shape(k.shape1), output_shape(k.shape2)
+    out_ndim = len(out_shape1)
+    in_order = _standard_order(ndim, b, c)
+    out_order = _standard_order(out_ndim, out_b, out_c)
+    spatial_out = tuple(out_shape1[i] for i in out_order[1:-1])
+    hi = lax.Precision.HIGHEST
+
+    def map_positions(x_std):
+      """`(B, S..., P)` -> `(B, T..., P)`: the map on positions, with the
+      channel axis carrying `P` columns of the other side's covariance."""
+      x = jnp.transpose(x_std, np.argsort(in_order))
+      return jnp.transpose(dot(x, hi), out_order)
+
+    def two_sided(x, paired):
+      """Maps the positions of both sides of a covariance `x` (interleaved
+      layout), whose leading axes are `(N1, N2)` if `paired` else `(N,)`."""
+      n_batch = 2 if paired else 1
+      n_sp = (x.ndim - n_batch) // 2
+      first = [n_batch + 2 * i for i in range(n_sp)]
+      second = [n_batch + 2 * i + 1 for i in range(n_sp)]
+      # Side 1: (N1, S..., [N2,] S'...) with the trailing axes as channels.
+      x = jnp.transpose(x, [0] + first + list(range(1, n_batch)) + second)
+      rest = x.shape[1 + n_sp:]
+      x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
+      x = x.reshape(x.shape[:-1] + rest)  # (N1, T..., [N2,] S'...)
+      n_t = len(spatial_out)
+      # Side 2: bring (N2 or N1, S'...) first, carrying (N1, T...) / (T...).
+      if paired:
+        order = [1 + n_t] + list(range(2 + n_t, x.ndim)) + list(
+            range(1 + n_t))
+      else:
+        order = [0] + list(range(1 + n_t, x.ndim)) + list(range(1, 1 + n_t))
+      x = jnp.transpose(x, order)
+      rest = x.shape[1 + n_sp:]
+      x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
+      x = x.reshape(x.shape[:-1] + rest)  # (N2, T'..., [N1,] T...)
+      # Back to (N1, [N2,] T_1, T_1', ..., T_d, T_d').
+      if paired:
+        lead = [1 + n_t, 0]
+        t1 = list(range(2 + n_t, x.ndim))
+      else:
+        lead = [0]
+        t1 = list(range(1 + n_t, x.ndim))
+      t2 = list(range(1, 1 + n_t))
+      order = lead + [a for pair in zip(t1, t2) for a in pair]
+      return jnp.transpose(x, order)
+
+    n_cov_pair = not k.diagonal_batch
+    apply = lambda x, paired: None if x is None else two_sided(x, paired)
+    return k.replace(nngp=apply(k.nngp, True), ntk=apply(k.ntk, True),
+                     cov1=apply(k.cov1, n_cov_pair),
+                     cov2=apply(k.cov2, n_cov_pair),
+                     shape1=out_shape1, shape2=out_shape2,
+                     batch_axis=out_b, channel_axis=out_c)
+
+  return init_fn, apply_fn, kernel_fn

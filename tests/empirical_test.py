@@ -1,0 +1,514 @@
+"""Tests of `neural_tangents._src.empirical`: empirical NTK, NNGP and friends.
+
+Every implementation is compared with an explicit reference written here
+from the definition: the Jacobian of the whole batch with `jax.jacobian`,
+contracted with an explicit einsum, in float64.
+"""
+import functools
+import itertools
+import string
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import flax.linen as nn
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+import neural_tangents as nt
+from neural_tangents import stax
+import test_utils
+
+jax.config.update('jax_enable_x64', True)
+
+_IMPLEMENTATIONS = tuple(nt.NtkImplementation)
+_TOL = 1e-10
+
+
+# ---------------------------------------------------------------------------
+# The reference: whole-batch Jacobians and one explicit einsum per output.
+# ---------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _full_kernels(f, params, x1, x2, kwargs1, kwargs2):
+  """`sum_p J1[out1..., p] J2[out2..., p]` per output leaf (all axes kept)."""
+  j1 = jax.jacobian(lambda p: f(p, x1, **kwargs1))(params)
+  j2 = jax.jacobian(lambda p: f(p, x2, **kwargs2))(params)
+  out_leaves, treedef = jax.tree_util.tree_flatten(f(params, x1, **kwargs1))
+  kernels = []
+  for o, a, b in zip(out_leaves, treedef.flatten_up_to(j1),
+                     treedef.flatten_up_to(j2)):
+    kernel = 0.
+    for u, v in zip(jax.tree_util.tree_leaves(a),
+                    jax.tree_util.tree_leaves(b)):
+      p = list(range(o.ndim, u.ndim))
+      kernel = kernel + jnp.tensordot(u, v, (p, p))
+    kernels.append(kernel)
+  return kernels
+
+
+def _layout(full, out_ndim, batch_axis, trace_axes, diagonal_axes):
+  """Traces, keeps diagonals of, or pairs the axes of a full kernel."""
+  trace = {a % out_ndim for a in trace_axes}
+  diagonal = {a % out_ndim for a in diagonal_axes} - trace
+  letters = iter(string.ascii_letters)
+  s1 = [next(letters) for _ in range(out_ndim)]
+  s2 = [next(letters) for _ in range(out_ndim)]
+  result = [s1[batch_axis], s2[batch_axis]]
+  divisor = 1
+  for axis in range(out_ndim):
+    if axis == batch_axis:
+      continue
+    if axis in trace:
+      s2[axis] = s1[axis]
+      divisor *= full.shape[axis]
+    elif axis in diagonal:
+      s2[axis] = s1[axis]
+      result.append(s1[axis])
+    else:
+      result += [s1[axis], s2[axis]]
+  spec = ''.join(s1) + ''.join(s2) + '->' + ''.join(result)
+  return jnp.einsum(spec, full) / divisor
+
+
+_FULL_KERNELS = {}
+
+
+def explicit_ntk(f, params, x1, x2, trace_axes=(-1,), diagonal_axes=(),
+                 batch_axes=0, kwargs1=None, kwargs2=None, cache_key=None):
+  """The NTK from `jax.jacobian` of the whole batch (a pytree per output).
+
+  With `cache_key`, the full kernel of `(f, params, x1, x2, kwargs)` is
+  computed once per key and only the layout is applied per call.
+  """
+  kwargs1 = kwargs1 or {}
+  kwargs2 = kwargs1 if kwargs2 is None else kwargs2
+  x2 = x1 if x2 is None else x2
+  key = None if cache_key is None else (cache_key, x2 is x1)
+  if key not in _FULL_KERNELS or key is None:
+    treedef = jax.tree_util.tree_structure(jax.eval_shape(
+        lambda: f(params, x1, **kwargs1)))
+    _FULL_KERNELS[key] = (
+        _full_kernels(f, params, x1, x2, kwargs1, kwargs2), treedef)
+  kernels, treedef = _FULL_KERNELS[key]
+  if isinstance(batch_axes, int):
+    batch_axes = [batch_axes] * len(kernels)
+  return jax.tree_util.tree_unflatten(treedef, [
+      _layout(k, k.ndim // 2, b, trace_axes, diagonal_axes)
+      for k, b in zip(kernels, batch_axes)])
+
+
+def explicit_nngp(f, params, x1, x2, trace_axes=(-1,), diagonal_axes=()):
+  x2 = x1 if x2 is None else x2
+  out1, out2 = f(params, x1), f(params, x2)
+  return jax.tree_util.tree_map(
+      lambda a, b: _layout(jnp.tensordot(a, b, 0), a.ndim, 0, trace_axes,
+                           diagonal_axes), out1, out2)
+
+
+# ---------------------------------------------------------------------------
+# Networks.
+# ---------------------------------------------------------------------------
+
+
+def _normal(seed, shape, scale=1.):
+  return scale * jax.random.normal(jax.random.PRNGKey(seed), shape)
+
+
+def mlp(params, x):
+  for w, b in params[:-1]:
+    x = jnp.tanh(x @ w + b)
+  w, b = params[-1]
+  return x @ w + b
+
+
+def mlp_params():
+  sizes = [3, 5, 4, 2]
+  return [(_normal(i, (a, b), a ** -0.5), _normal(10 + i, (b,), 0.1))
+          for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))]
+
+
+def cnn(params, x):
+  """A CNN with `lax.conv_general_dilated`, output `(N, H, W, C)`."""
+  w1, b1, w2 = params
+  x = lax.conv_general_dilated(x, w1, (1, 1), 'SAME',
+                               dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  x = jax.nn.relu(x + b1)
+  return lax.conv_general_dilated(x, w2, (2, 1), ((1, 0), (0, 1)),
+                                  rhs_dilation=(1, 2),
+                                  dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
+
+def cnn_params():
+  return (_normal(1, (3, 3, 2, 3), 0.3), _normal(2, (3,), 0.1),
+          _normal(3, (2, 2, 3, 2), 0.3))
+
+
+def cnn_batch_axis_1(params, x):
+  """`cnn` on a dict input with batch axis 1; output batch axis 1."""
+  out = cnn(params, jnp.moveaxis(x['img'], 1, 0))
+  return jnp.moveaxis(out, 0, 1)
+
+
+def _cnn_inputs():
+  return _normal(4, (3, 4, 5, 2)), _normal(5, (2, 4, 5, 2))
+
+
+# `(trace_axes, diagonal_axes)`: none, one, several traced; one diagonal;
+# one diagonal also traced; one traced and another diagonal.
+_AXES = (((), ()), ((-1,), ()), ((-1, -2), ()), ((), (-2,)), ((-1,), (-1,)),
+         ((-1,), (-2,)))
+
+# vmap_axes: none, 0, and a pytree with non-zero axes (on `cnn_batch_axis_1`).
+_VMAP = ('none', 'zero', 'pytree')
+
+
+def _named(**factors):
+  """`named_parameters` for the product of `factors` (name: {label: value})."""
+  names = list(factors)
+  cases = []
+  for combo in itertools.product(*(factors[n].items() for n in names)):
+    case = {'testcase_name': '_' + '_'.join(label for label, _ in combo)}
+    case.update({n: value for n, (_, value) in zip(names, combo)})
+    cases.append(case)
+  return parameterized.named_parameters(*cases)
+
+
+_IMPL = {i.name.lower(): i for i in _IMPLEMENTATIONS}
+_VMAP_NONE_ZERO = {'vmap_none': None, 'vmap_0': 0}
+
+
+class EmpiricalNtkAllImplementationsTest(test_utils.NeuralTangentsTestCase):
+  """Each implementation, vmap_axes and trace/diagonal option, on a CNN."""
+
+  @_named(implementation=_IMPL, vmap={f'vmap_{v}': v for v in _VMAP},
+          axes={f'trace{"".join(map(str, t))}_diag{"".join(map(str, d))}':
+                (t, d) for t, d in _AXES})
+  def test_cnn_equals_explicit_jacobian_contraction(self, implementation,
+                                                    vmap, axes):
+    trace_axes, diagonal_axes = axes
+    params = cnn_params()
+    x1, x2 = _cnn_inputs()
+    f, vmap_axes, batch_axis = cnn, {'none': None, 'zero': 0}.get(vmap), 0
+    if vmap == 'pytree':
+      f, vmap_axes, batch_axis = cnn_batch_axis_1, ({'img': 1}, 1, None), 1
+      x1, x2 = {'img': jnp.moveaxis(x1, 0, 1)}, {'img': jnp.moveaxis(x2, 0, 1)}
+    ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
+                                 implementation)
+    for second in (None, x2):
+      expected = explicit_ntk(f, params, x1, second, trace_axes,
+                              diagonal_axes, batch_axis, cache_key=f)
+      self.assertAllClose(ntk_fn(x1, second, params), expected, rtol=_TOL,
+                          atol=_TOL)
+
+
+class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
+  """Each implementation on networks of various kinds."""
+
+  def _check(self, f, params, x1, x2, implementation, vmap_axes,
+             trace_axes=(-1,), diagonal_axes=(), batch_axes=0, jit=False,
+             **kwargs):
+    ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
+                                 implementation)
+    if jit:
+      ntk_fn = jax.jit(ntk_fn)
+    for second in (None, x2):
+      expected = explicit_ntk(f, params, x1, second, trace_axes,
+                              diagonal_axes, batch_axes, kwargs)
+      actual = ntk_fn(x1, second, params, **kwargs)
+      self.assertAllClose(actual, expected, rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_mlp(self, implementation, vmap_axes):
+    for trace_axes in ((), (-1,)):
+      self._check(mlp, mlp_params(), _normal(1, (4, 3)), _normal(2, (3, 3)),
+                  implementation, vmap_axes, trace_axes)
+
+  @_named(implementation=_IMPL)
+  def test_mlp_under_jit(self, implementation):
+    self._check(mlp, mlp_params(), _normal(1, (4, 3)), _normal(2, (3, 3)),
+                implementation, 0, jit=True)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_dict_params(self, implementation, vmap_axes):
+    def f(params, x):
+      h = jnp.sin(x @ params['dense']['w'].T) * params['scale']
+      return h @ params['out']
+
+    params = {'dense': {'w': _normal(1, (5, 3))}, 'scale': _normal(2, (5,)),
+              'out': _normal(3, (5, 2))}
+    self._check(f, params, _normal(4, (3, 3)), _normal(5, (2, 3)),
+                implementation, vmap_axes)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_flax_module(self, implementation, vmap_axes):
+
+    class Net(nn.Module):
+
+      @nn.compact
+      def __call__(self, x):
+        x = nn.Conv(3, (2, 2), param_dtype=jnp.float64)(x)
+        x = nn.gelu(x).reshape((x.shape[0], -1))
+        return nn.Dense(2, param_dtype=jnp.float64)(x)
+
+    x1, x2 = _normal(1, (3, 3, 3, 2)), _normal(2, (2, 3, 3, 2))
+    model = Net()
+    variables = model.init(jax.random.PRNGKey(0), x1)
+    # Under jit: a deep network compiles faster whole than op by op.
+    self._check(model.apply, variables, x1, x2, implementation, vmap_axes,
+                jit=True)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_stax_network(self, implementation, vmap_axes):
+    init_fn, apply_fn, _ = stax.serial(
+        stax.Conv(3, (2, 2), padding='SAME', b_std=0.1), stax.Relu(),
+        stax.Flatten(), stax.Dense(4, b_std=0.1), stax.Erf(), stax.Dense(2))
+    x1, x2 = _normal(1, (3, 3, 3, 2)), _normal(2, (2, 3, 3, 2))
+    _, params = init_fn(jax.random.PRNGKey(0), x1.shape)
+    self._check(apply_fn, params, x1, x2, implementation, vmap_axes,
+                jit=True)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_stax_residual_and_repeat(self, implementation, vmap_axes):
+    block = stax.serial(stax.Dense(4, b_std=0.1), stax.Relu())
+    init_fn, apply_fn, _ = stax.serial(
+        stax.Dense(4), stax.FanOut(2), stax.parallel(block, stax.Identity()),
+        stax.FanInSum(), stax.repeat(block, 2), stax.Dense(2))
+    x1, x2 = _normal(1, (3, 3)), _normal(2, (2, 3))
+    _, params = init_fn(jax.random.PRNGKey(0), x1.shape)
+    self._check(apply_fn, params, x1, x2, implementation, vmap_axes,
+                jit=True)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_rng_keyword(self, implementation, vmap_axes):
+    def f(params, x, rng):
+      # Dropout-like: one mask over features, shared by the batch.
+      h = jnp.tanh(x @ params[0])
+      mask = jax.random.bernoulli(rng, 0.6, h.shape[-1:])
+      return (h * mask) @ params[1]
+
+    params = (_normal(1, (3, 5)), _normal(2, (5, 2)))
+    x1, x2 = _normal(3, (3, 3)), _normal(4, (2, 3))
+    self._check(f, params, x1, x2, implementation, vmap_axes,
+                rng=jax.random.PRNGKey(7))
+    # A pair of keys: one for x1's call, one for x2's.
+    k1, k2 = jax.random.PRNGKey(1), jax.random.PRNGKey(2)
+    ntk_fn = nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
+                                 implementation=implementation)
+    expected = explicit_ntk(f, params, x1, x2, kwargs1={'rng': k1},
+                            kwargs2={'rng': k2})
+    self.assertAllClose(ntk_fn(x1, x2, params, rng=(k1, k2)), expected,
+                        rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL,
+          vmap_axes={'vmap_none': None, 'vmap_0': 0, 'vmap_pytree': (
+              {'a': 0, 'b': 0}, (0, {'c': 0}), {})})
+  def test_pytree_inputs_and_outputs(self, implementation, vmap_axes):
+    def f(params, x):
+      h = jnp.tanh(x['a'] @ params['w'] + x['b'] @ params['v'])
+      return (h @ params['o1'],
+              {'c': jnp.einsum('nh,hkc->nkc', h, params['o2'])})
+
+    params = {'w': _normal(1, (3, 4)), 'v': _normal(2, (2, 4)),
+              'o1': _normal(3, (4, 2)), 'o2': _normal(4, (4, 3, 2))}
+    x1 = {'a': _normal(5, (3, 3)), 'b': _normal(6, (3, 2))}
+    x2 = {'a': _normal(7, (2, 3)), 'b': _normal(8, (2, 2))}
+    self._check(f, params, x1, x2, implementation, vmap_axes,
+                trace_axes=(-1,))
+
+  @_named(implementation=_IMPL)
+  def test_batch_items_interact(self, implementation):
+    def f(params, x):
+      # Batch-norm-like: statistics over the batch couple the examples.
+      h = x @ params[0]
+      h = (h - h.mean(0)) / jnp.sqrt(h.var(0) + 1.)
+      return jnp.tanh(h) @ params[1]
+
+    params = (_normal(1, (3, 4)), _normal(2, (4, 2)))
+    self._check(f, params, _normal(3, (4, 3)), _normal(4, (3, 3)),
+                implementation, None, trace_axes=())
+
+  @_named(implementation=_IMPL)
+  def test_batched_keyword_argument(self, implementation):
+    def f(params, x, mask):
+      return (jnp.tanh(x @ params[0]) * mask) @ params[1]
+
+    params = (_normal(1, (3, 4)), _normal(2, (4, 2)))
+    x1, x2 = _normal(3, (3, 3)), _normal(4, (2, 3))
+    m1, m2 = _normal(5, (3, 4)), _normal(6, (2, 4))
+    expected = explicit_ntk(f, params, x1, x2, kwargs1={'mask': m1},
+                            kwargs2={'mask': m2})
+    # Explicitly batched keyword; then an int `vmap_axes`, which batches
+    # keywords that have the batch size along it.
+    for vmap_axes in ((0, 0, {'mask': 0}), 0):
+      ntk_fn = nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
+                                   implementation=implementation)
+      self.assertAllClose(ntk_fn(x1, x2, params, mask=(m1, m2)), expected,
+                          rtol=_TOL, atol=_TOL)
+
+
+class StructuredDerivativesRulesTest(test_utils.NeuralTangentsTestCase):
+  """Structured derivatives (and AUTO) where parameters enter unusually."""
+
+  _FUNCTIONS = {
+      # A parameter used twice (weight sharing), and transposed.
+      'shared_weight': lambda p, x: jnp.tanh(x @ p['w']) @ p['w'].T @ p['o'],
+      # Through a non-letter-preserving linear chain (sum, broadcast, pad).
+      'linear_chain': lambda p, x: jnp.tanh(
+          x @ (p['w'] + p['w'].sum(0, keepdims=True))) @ jnp.pad(
+              p['o'], ((0, 1), (0, 0)))[:-1],
+      # A primitive without a structure rule (generic rule), and `where`.
+      'generic': lambda p, x: jnp.where(x[:, :1] > 0, jnp.exp(p['w'][0]),
+                                        x @ p['w']) @ p['o'],
+      # Custom derivatives, and a jitted layer used twice.
+      'custom': lambda p, x: _jitted_layer(
+          jax.nn.softplus(_jitted_layer(x, p['w'])), p['o'][:, :1] *
+          jnp.ones((1, 3))) @ p['o'][:3],
+      # A parameter on the left of a matmul, a division, concatenation.
+      'lhs_div_concat': lambda p, x: jnp.concatenate(
+          [(p['w'].T @ x.T).T / (1. + p['w'][0] ** 2), p['o'].sum(1) + x],
+          axis=-1),
+      # A grouped convolution (generic rule) and a bias via `select_n`.
+      'grouped_conv': lambda p, x: lax.conv_general_dilated(
+          x[..., None].repeat(2, -1).reshape(x.shape[0], 3, 1, 2),
+          p['k'], (1, 1), 'SAME', feature_group_count=2,
+          dimension_numbers=('NHWC', 'HWIO', 'NHWC')).reshape(
+              x.shape[0], -1) + jnp.where(x[:, :1] > 0, p['b'], -p['b']),
+  }
+
+  @_named(name={n: n for n in _FUNCTIONS},
+          implementation={'auto': 0, 'structured_derivatives': 3},
+          vmap_axes=_VMAP_NONE_ZERO)
+  def test_equals_explicit(self, name, implementation, vmap_axes):
+    params = {'w': _normal(1, (3, 3)), 'o': _normal(2, (3, 2)),
+              'k': _normal(3, (2, 1, 1, 6)), 'b': _normal(4, (18,))}
+    x1, x2 = _normal(5, (4, 3)), _normal(6, (3, 3))
+    f = self._FUNCTIONS[name]
+    for trace_axes in ((), (-1,)):
+      ntk_fn = nt.empirical_ntk_fn(f, trace_axes, (), vmap_axes,
+                                   implementation)
+      for second in (None, x2):
+        expected = explicit_ntk(f, params, x1, second, trace_axes,
+                                cache_key=name)
+        self.assertAllClose(ntk_fn(x1, second, params), expected, rtol=_TOL,
+                            atol=_TOL)
+
+
+@jax.jit
+def _jitted_layer(x, w):
+  return x @ w
+
+
+class OtherKernelsTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.parameters(((-1,), ()), ((), ()), ((), (-1,)))
+  def test_nngp_equals_explicit(self, trace_axes, diagonal_axes):
+    params = mlp_params()
+    x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
+    nngp_fn = nt.empirical_nngp_fn(mlp, trace_axes, diagonal_axes)
+    for second in (None, x2):
+      self.assertAllClose(
+          nngp_fn(x1, second, params),
+          explicit_nngp(mlp, params, x1, second, trace_axes, diagonal_axes),
+          rtol=_TOL, atol=_TOL)
+
+  def test_kernel_fn_get(self):
+    params = mlp_params()
+    x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
+    kernel_fn = nt.empirical_kernel_fn(mlp, vmap_axes=0, implementation=3)
+    ntk = explicit_ntk(mlp, params, x1, x2)
+    nngp = explicit_nngp(mlp, params, x1, x2)
+    self.assertAllClose(kernel_fn(x1, x2, 'ntk', params), ntk, rtol=_TOL)
+    self.assertAllClose(kernel_fn(x1, x2, 'nngp', params), nngp, rtol=_TOL)
+    both = kernel_fn(x1, x2, None, params)
+    self.assertEqual(type(both).__name__, 'Kernel')
+    self.assertEqual(both._fields, ('nngp', 'ntk'))
+    self.assertAllClose(both.ntk, ntk, rtol=_TOL)
+    self.assertAllClose(both.nngp, nngp, rtol=_TOL)
+    only = kernel_fn(x1, x2, ('ntk',), params)
+    self.assertEqual(only._fields, ('ntk',))
+    self.assertAllClose(only.ntk, ntk, rtol=_TOL)
+
+  def test_ntk_vp_equals_full_ntk_times_vector(self):
+    params = mlp_params()
+    x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
+    v = _normal(3, (3, 2))
+    full = explicit_ntk(mlp, params, x1, x2, trace_axes=())  # (4, 3, 2, 2)
+    expected = jnp.einsum('ijab,jb->ia', full, v)
+    vp = nt.empirical_ntk_vp_fn(mlp, x1, x2, params)
+    self.assertAllClose(vp(v), expected, rtol=_TOL)
+
+  def test_linearize_is_first_order_taylor(self):
+    params = mlp_params()
+    x = _normal(1, (4, 3))
+    dp = jax.tree_util.tree_map(lambda p: 1e-3 * jnp.ones_like(p), params)
+    shifted = jax.tree_util.tree_map(jnp.add, params, dp)
+    f_lin = nt.linearize(mlp, params)
+    _, df = jax.jvp(lambda p: mlp(p, x), (params,), (dp,))
+    self.assertAllClose(f_lin(shifted, x), mlp(params, x) + df, rtol=_TOL)
+    self.assertAllClose(f_lin(params, x), mlp(params, x), rtol=_TOL)
+
+  def test_taylor_expand_matches_polynomial(self):
+    f = lambda p, x: p['a'] ** 3 * x + jnp.sin(p['b']) * x
+    params = {'a': 2., 'b': 0.5}
+    new = {'a': 2.5, 'b': 0.7}
+    x = 3.
+    da, db = 0.5, 0.2
+    # Exact derivatives of a^3 and sin(b) at the expansion point.
+    sin, cos = np.sin(0.5), np.cos(0.5)
+    terms = [8. + sin, 12. * da + cos * db, (12. * da ** 2 - sin * db ** 2) / 2,
+             (6. * da ** 3 - cos * db ** 3) / 6]
+    for degree in range(4):
+      expected = x * sum(terms[:degree + 1])
+      actual = nt.taylor_expand(f, params, degree)(new, x)
+      self.assertAllClose(actual, expected, rtol=1e-12)
+    self.assertAllClose(nt.taylor_expand(f, params, 1)(new, x),
+                        nt.linearize(f, params)(new, x), rtol=1e-12)
+
+
+class BadInputTest(test_utils.NeuralTangentsTestCase):
+
+  def _ntk(self, **kwargs):
+    return nt.empirical_ntk_fn(mlp, **kwargs)(_normal(1, (4, 3)), None,
+                                              mlp_params())
+
+  @parameterized.parameters(7, -1, 'jacobian', 1.5, None, True)
+  def test_invalid_implementation(self, implementation):
+    with self.assertRaisesRegex(ValueError, r'implementation.*STRUCTURED'):
+      nt.empirical_ntk_fn(mlp, implementation=implementation)
+
+  def test_implementation_as_int(self):
+    for i in range(4):
+      self.assertEqual(self._ntk(implementation=i).shape, (4, 4))
+
+  @parameterized.parameters((5,), (-3,), (0,))
+  def test_trace_axes_out_of_range_or_batch(self, axis):
+    with self.assertRaisesRegex(ValueError, 'trace_axes'):
+      self._ntk(trace_axes=(axis,))
+
+  def test_diagonal_axes_out_of_range(self):
+    with self.assertRaisesRegex(ValueError, 'diagonal_axes'):
+      self._ntk(diagonal_axes=(2,))
+
+  @parameterized.named_parameters(
+      ('_out_of_range', 3), ('_pair', (0, 0)), ('_wrong_tree', ({'a': 0}, 0,
+                                                               None)),
+      ('_kwarg_out_of_range', (0, 0, {'z': 5})), ('_output_axis', (0, 1, None)),
+      ('_string', 'zero'))
+  def test_vmap_axes_not_matching(self, vmap_axes):
+    with self.assertRaisesRegex(ValueError, 'vmap_axes'):
+      nt.empirical_ntk_fn(mlp, vmap_axes=vmap_axes)(
+          _normal(1, (4, 3)), None, mlp_params(), **(
+              {'z': jnp.ones(3)} if isinstance(vmap_axes, tuple) and
+              len(vmap_axes) == 3 and vmap_axes[2] else {}))
+
+  def test_invalid_get(self):
+    kernel_fn = nt.empirical_kernel_fn(mlp)
+    with self.assertRaisesRegex(ValueError, 'get'):
+      kernel_fn(_normal(1, (4, 3)), None, 'ntkk', mlp_params())
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,584 @@
+"""Tests of `Conv`, `ConvTranspose` and `ConvLocal`.
+
+Analytic kernels are checked against Monte Carlo estimates of wide finite
+networks (`test_utils.monte_carlo_kernels`), on masked and unmasked inputs,
+and against the empirical NTK as width grows; the spatially diagonal
+representation against the full one (and that it never builds full
+covariances); `apply_fn` against `init_fn` shapes and against `jax.lax`; bad
+arguments against their error messages. The Monte Carlo helpers here are
+shared with `pooling_test`.
+"""
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+import neural_tangents as nt
+from neural_tangents import stax
+from neural_tangents._src.stax.requirements import inputs_to_kernel
+from neural_tangents._src.utils import kernel as kernel_lib
+import test_utils
+
+jax.config.update('jax_enable_x64', True)
+
+MC_TOL = 0.05  # Max error relative to the kernel's largest entry.
+WIDTH = 512  # Hidden channels of the finite networks.
+READOUT = 512  # Output channels averaged over for the NNGP estimate.
+N_SAMPLES = 64
+
+
+def key(seed: int) -> jax.Array:
+  # The 'rbg' generator compiles several times faster than threefry on CPU,
+  # which dominates the cost of these small Monte Carlo estimates.
+  return jax.random.key(seed, impl='rbg')
+
+
+def inputs(shape1, shape2, seed=1):
+  """Two input batches, with examples of different norms.
+
+  `x2` is correlated with `x1`, so that covariances between them are as large
+  as variances and Monte Carlo errors relative to the largest entry are
+  meaningful.
+  """
+  x1 = jax.random.normal(jax.random.PRNGKey(seed), shape1)
+  scale = 1 + 0.5 * jnp.arange(shape1[0])
+  x1 = x1 * scale.reshape((-1,) + (1,) * (len(shape1) - 1))
+  noise = jax.random.normal(jax.random.PRNGKey(seed + 1), shape2)
+  return x1, 0.9 * x1[:shape2[0]] + 0.5 * noise
+
+
+MASK = 1e3  # `mask_constant` of masked tests: leaking it would show.
+
+
+def kernels(kernel_fn, x1, x2, get=('nngp', 'ntk'), **kwargs):
+  """`kernel_fn(x1, x2, get, **kwargs)`, jitted.
+
+  One compilation of the whole kernel is several times faster than running
+  its many small ops eagerly, each compiled on first use.
+  """
+  fn = jax.jit(kernel_fn, static_argnames=('get', 'diagonal_batch',
+                                           'diagonal_spatial',
+                                           'mask_constant'))
+  return fn(x1, x2, get=get, **kwargs)
+
+
+def plain_outputs(apply_fn, mask_constant):
+  """`apply_fn` with `mask_constant=`, returning the masked outputs' values
+  (zero where masked) as plain arrays, for the Monte Carlo estimator."""
+  def fn(params, x, **kwargs):
+    out = apply_fn(params, x, mask_constant=mask_constant, **kwargs)
+    return getattr(out, 'masked_value', out)
+  return fn
+
+
+def mask_positions(x, masked):
+  """`x` with `MASK` at the positions (all channels) where `masked` is True.
+
+  Args:
+    x: `(N, S..., C)` inputs.
+    masked: boolean `(N, S...)`.
+  """
+  return jnp.where(masked[..., None], MASK, x)
+
+
+def diagonal_of(k):
+  """The spatial diagonal of a `(nngp, ntk)` namedtuple in full layout."""
+  return [kernel_lib.spatial_diagonal(x, 2) for x in k]
+
+
+def assert_matches_monte_carlo(test, net, x1, x2, wrong_net=None,
+                               readout=READOUT, n_samples=N_SAMPLES,
+                               batch_size=16, seed=0, mask_constant=None):
+  """Checks the analytic NNGP / NTK of `net` against Monte Carlo.
+
+  Args:
+    test: the test case.
+    net: `net(out_chan)` -> the layer whose last layer has `out_chan` output
+      channels (last axis). The analytic kernels do not depend on it; the NNGP
+      estimate averages over `readout` channels, and the NTK estimate (the
+      Jacobian of output channel 0) uses 1 channel, to keep it cheap.
+    x1, x2: inputs.
+    wrong_net: optionally, a slightly different network whose kernel the
+      estimates must *not* match, to show the tolerance discriminates.
+    readout: output channels for the NNGP estimate.
+    n_samples: number of random initializations.
+    batch_size: initializations vmapped at once.
+    seed: PRNG seed.
+    mask_constant: if not None, input entries equal to it are masked, in the
+      finite and the infinite network.
+  """
+  kwargs = {} if mask_constant is None else dict(mask_constant=mask_constant)
+  kernel_fn = net(1)[2]
+  k = kernels(kernel_fn, x1, x2, **kwargs)
+  init_fn, apply_fn, _ = net(readout)
+  nngp, _ = test_utils.monte_carlo_kernels(
+      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
+      key(seed), compute_ntk=False, batch_size=batch_size)
+  init_fn, apply_fn, _ = net(1)
+  _, ntk = test_utils.monte_carlo_kernels(
+      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
+      key(seed + 1), batch_size=batch_size)
+  test.assertEqual(nngp.shape, k.nngp.shape)
+  nngp_err = test_utils.relative_error(nngp, k.nngp)
+  ntk_err = test_utils.relative_error(ntk, k.ntk)
+  test.assertLess(nngp_err, MC_TOL, 'NNGP')
+  test.assertLess(ntk_err, MC_TOL, 'NTK')
+  if wrong_net is not None:
+    wrong = kernels(wrong_net(1)[2], x1, x2, **kwargs)
+    test.assertGreater(
+        max(test_utils.relative_error(nngp, wrong.nngp),
+            test_utils.relative_error(ntk, wrong.ntk)), 2 * MC_TOL,
+        'a wrong kernel would pass the Monte Carlo tolerance')
+  if k.nngp.ndim > 2:
+    # The spatially diagonal representation holds the same diagonal.
+    diag = kernels(kernel_fn, x1, x2, diagonal_spatial=True, **kwargs)
+    test.assertAllClose(list(diag), diagonal_of(k))
+
+
+EMPIRICAL_TOL = 0.1  # Relative NTK error of the widest network.
+
+
+def empirical_ntk_errors(test, net, x1, x2, widths=(64, 1024), n_inits=3):
+  """Checks that the empirical NTK of `net(width)` converges to the analytic.
+
+  Args:
+    test: the test case.
+    net: `net(width)` -> a layer; the analytic NTK does not depend on `width`.
+    x1, x2: inputs.
+    widths: increasing widths; the error must decrease between the first and
+      the last, and be below `EMPIRICAL_TOL` at the last.
+    n_inits: initializations the error is averaged over.
+
+  Returns:
+    The mean relative error at each width.
+  """
+  analytic = kernels(net(1)[2], x1, x2, 'ntk')
+  errors = []
+  for width in widths:
+    init_fn, apply_fn, _ = net(width)
+    ntk_fn = jax.jit(nt.empirical_ntk_fn(apply_fn, trace_axes=(-1,),
+                                         vmap_axes=0))
+    errors.append(np.mean([
+        test_utils.relative_error(
+            ntk_fn(x1, x2, init_fn(key(seed), x1.shape)[1]), analytic)
+        for seed in range(n_inits)]))
+  test.assertLess(errors[-1], errors[0])
+  test.assertLess(errors[-1], EMPIRICAL_TOL)
+  return errors
+
+
+def conv_net(layer, first, second):
+  """`layer(WIDTH, **first)` -> Relu -> `layer(out_chan, **second)`."""
+  return lambda out_chan: stax.serial(
+      layer(WIDTH, W_std=1.5, b_std=0.3, **first), stax.Relu(),
+      layer(out_chan, W_std=1.2, b_std=0.2, **second))
+
+
+_1D = ((2, 7, 3), (1, 7, 3))
+_2D = ((2, 5, 4, 2), (1, 5, 4, 2))
+
+
+def trailing_mask(x, first_masked):
+  """Masks example `n` from position `first_masked[n]` of the first spatial
+  axis on: variable-length sequences, or images padded with rows."""
+  size = x.shape[1]
+  position = jnp.arange(size).reshape((1, size) + (1,) * (x.ndim - 3))
+  first = jnp.array(first_masked).reshape((-1,) + (1,) * (x.ndim - 2))
+  return mask_positions(x, jnp.broadcast_to(position >= first, x.shape[:-1]))
+
+
+def maybe_masked_inputs(shapes, masked):
+  """`inputs(*shapes)`, with trailing positions masked if `masked`: the last
+  one and last three of `x1`'s examples, the last two of `x2`'s."""
+  x1, x2 = inputs(*shapes)
+  if not masked:
+    return x1, x2, None
+  size = x1.shape[1]
+  return (trailing_mask(x1, (size - 1, size - 3)),
+          trailing_mask(x2, (size - 2,)), MASK)
+
+
+class ConvTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      # Each case also names a change of padding that keeps the shapes but
+      # must fail the tolerance (in the first or second layer).
+      ('1d_valid_strided_then_same_masked', _1D,
+       dict(filter_shape=(3,), strides=(2,), padding='VALID'),
+       dict(filter_shape=(2,), padding='SAME'), ({}, dict(padding='CIRCULAR')),
+       True),
+      ('1d_circular', _1D,
+       dict(filter_shape=(3,), padding='CIRCULAR'),
+       dict(filter_shape=(4,), strides=(2,), padding='CIRCULAR'),
+       (dict(padding='SAME'), {}), False),
+      ('2d_same_strided_then_valid', _2D,
+       dict(filter_shape=(3, 2), strides=(2, 1), padding='SAME'),
+       dict(filter_shape=(2, 2), strides=(1, 2), padding='VALID'),
+       (dict(padding='CIRCULAR'), {}), False),
+      ('2d_circular_then_same_masked', _2D,
+       dict(filter_shape=(3, 3), padding='CIRCULAR'),
+       dict(filter_shape=(2, 3), strides=(2, 1), padding='SAME'),
+       (dict(padding='SAME'), {}), True),
+  )
+  def test_matches_monte_carlo(self, shapes, first, second, wrong, masked):
+    x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
+    wrong_net = conv_net(stax.Conv, dict(first, **wrong[0]),
+                         dict(second, **wrong[1]))
+    assert_matches_monte_carlo(self, conv_net(stax.Conv, first, second),
+                               x1, x2, wrong_net=wrong_net,
+                               mask_constant=mask_constant)
+
+  def test_3d_matches_monte_carlo(self):
+    x1, x2 = inputs((2, 3, 3, 2, 1), (1, 3, 3, 2, 1))
+    net = conv_net(stax.Conv, dict(filter_shape=(2, 2, 2), padding='SAME'),
+                   dict(filter_shape=(2, 1, 2), strides=(1, 1, 2)))
+    assert_matches_monte_carlo(self, net, x1, x2, n_samples=32)
+
+  def test_channels_first_standard_parameterization_matches_monte_carlo(self):
+    # NCHW inputs and hidden layer, an OIHW filter; the readout turns the
+    # layout back to channels last for the Monte Carlo estimator.
+    x1, x2 = inputs((2, 2, 4, 3), (1, 2, 4, 3))
+    net = conv_net(
+        stax.Conv,
+        dict(filter_shape=(3, 2), padding='VALID', parameterization='standard',
+             dimension_numbers=('NCHW', 'OIHW', 'NCHW')),
+        dict(filter_shape=(2, 2), padding='SAME', parameterization='standard',
+             dimension_numbers=('NCHW', 'HWIO', 'NHWC')))
+    assert_matches_monte_carlo(self, net, x1, x2)
+
+  @parameterized.parameters('VALID', 'SAME', 'CIRCULAR')
+  def test_channels_first_equals_channels_last(self, padding):
+    x1, x2 = inputs(*_2D)
+    args = dict(filter_shape=(3, 2), strides=(2, 1), padding=padding,
+                W_std=1.3, b_std=0.4)
+    args2 = dict(args, filter_shape=(2, 2), strides=(1, 2))
+    last = stax.serial(stax.Conv(3, **args), stax.Relu(),
+                       stax.Conv(2, **args2))
+    dn = ('NCHW', 'OIHW', 'NCHW')
+    first = stax.serial(stax.Conv(3, dimension_numbers=dn, **args),
+                        stax.Relu(),
+                        stax.Conv(2, dimension_numbers=dn, **args2))
+    nchw = lambda x: jnp.transpose(x, (0, 3, 1, 2))
+    self.assertAllClose(kernels(first[2], nchw(x1), nchw(x2)),
+                        kernels(last[2], x1, x2))
+    # Same function: OIHW params are the HWIO ones transposed.
+    shape, params = last[0](key(0), x1.shape)
+    def to_nchw(param):
+      if not param:  # Relu
+        return param
+      W, b = param
+      return jnp.transpose(W, (3, 2, 0, 1)), jnp.transpose(b, (0, 3, 1, 2))
+
+    params_nchw = [to_nchw(p) for p in params]
+    self.assertAllClose(first[1](params_nchw, nchw(x1)),
+                        nchw(last[1](params, x1)))
+    self.assertEqual(first[0](key(0), nchw(x1).shape)[0],
+                     tuple(shape[i] for i in (0, 3, 1, 2)))
+
+  def test_circular_is_translation_equivariant(self):
+    x = inputs(*_2D)[0]
+    init_fn, apply_fn, _ = stax.Conv(3, (3, 2), padding='CIRCULAR', b_std=1.)
+    _, params = init_fn(key(0), x.shape)
+    self.assertAllClose(apply_fn(params, jnp.roll(x, (1, 2), (1, 2))),
+                        jnp.roll(apply_fn(params, x), (1, 2), (1, 2)))
+
+  def test_apply_matches_lax(self):
+    x = inputs(*_2D)[0]
+    init_fn, apply_fn, _ = stax.Conv(3, (3, 2), (2, 1), 'SAME', W_std=2.,
+                                     b_std=0.5)
+    _, (W, b) = init_fn(key(0), x.shape)
+    self.assertEqual(W.shape, (3, 2, 2, 3))
+    self.assertEqual(b.shape, (1, 1, 1, 3))
+    expected = 2. / np.sqrt(3 * 2 * 2) * lax.conv_general_dilated(
+        x, W, (2, 1), 'SAME', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    self.assertAllClose(apply_fn((W, b), x), expected + 0.5 * b)
+
+  def test_single_conv_kernel_on_inputs_is_exact(self):
+    # nngp'[h, h'] = W_std^2 / f sum_i <x[h + i], x'[h' + i]> / C + b_std^2.
+    x1, x2 = inputs(*_1D)
+    _, _, kernel_fn = stax.Conv(4, (2,), W_std=1.3, b_std=0.2)
+    k = kernels(kernel_fn, x1, x2)
+    cov = jnp.einsum('ahc,bgc->abhg', x1, x2) / 3
+    expected = 1.3**2 * (cov[:, :, :-1, :-1] + cov[:, :, 1:, 1:]) / 2 + 0.04
+    self.assertAllClose(k.nngp, expected)
+    self.assertAllClose(k.ntk, expected)
+
+  def test_diagonal_batch_false(self):
+    x1, x2 = inputs(*_2D)
+    _, _, kernel_fn = conv_net(
+        stax.Conv, dict(filter_shape=(3, 2), padding='SAME'),
+        dict(filter_shape=(2, 2)))(1)
+    full = kernels(kernel_fn, x1, x2, None, diagonal_batch=False)
+    diag = kernels(kernel_fn, x1, x2, None, diagonal_batch=True)
+    self.assertAllClose(kernel_lib.batch_diagonal(full.cov1), diag.cov1)
+    self.assertAllClose(kernel_lib.batch_diagonal(full.cov2), diag.cov2)
+    self.assertAllClose(full.nngp, diag.nngp)
+
+  def test_padding_strings_are_case_insensitive(self):
+    x = inputs(*_1D)[0]
+    ks = [kernels(stax.Conv(2, (3,), padding=p)[2], x, None, 'nngp')
+          for p in ('same', 'Same', stax.Padding.SAME)]
+    self.assertAllClose(ks[0], ks[1])
+    self.assertAllClose(ks[0], ks[2])
+
+
+class ConvTransposeTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('1d_same_stride2', ((2, 4, 3), (1, 4, 3)),
+       dict(filter_shape=(3,), strides=(2,), padding='SAME'),
+       dict(filter_shape=(2,), padding='VALID'), (dict(padding='CIRCULAR'), {}),
+       False),
+      ('1d_circular_masked', ((2, 4, 3), (1, 4, 3)),
+       dict(filter_shape=(3,), strides=(2,), padding='CIRCULAR'),
+       dict(filter_shape=(3,), padding='CIRCULAR'), ({}, dict(padding='SAME')),
+       True),
+      ('2d_valid_then_same', ((2, 3, 2, 2), (1, 3, 2, 2)),
+       dict(filter_shape=(2, 3), strides=(2, 1), padding='VALID'),
+       dict(filter_shape=(2, 2), padding='SAME'),
+       ({}, dict(padding='CIRCULAR')), False),
+  )
+  def test_matches_monte_carlo(self, shapes, first, second, wrong, masked):
+    x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
+    assert_matches_monte_carlo(
+        self, conv_net(stax.ConvTranspose, first, second), x1, x2,
+        wrong_net=conv_net(stax.ConvTranspose, dict(first, **wrong[0]),
+                           dict(second, **wrong[1])),
+        mask_constant=mask_constant)
+
+  @parameterized.parameters('VALID', 'SAME')
+  def test_apply_matches_lax_conv_transpose(self, padding):
+    x = inputs(*_2D)[0]
+    init_fn, apply_fn, _ = stax.ConvTranspose(3, (3, 2), (2, 3), padding)
+    out_shape, (W, b) = init_fn(key(0), (-1,) + x.shape[1:])
+    self.assertIsNone(b)
+    out = apply_fn((W, b), x)
+    expected = lax.conv_transpose(x, W, (2, 3), padding,
+                                  dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    self.assertAllClose(out, expected / np.sqrt(3 * 2 * 2))
+    self.assertEqual(out_shape, (-1,) + out.shape[1:])
+
+  def test_circular_is_same_on_periodic_inputs(self):
+    # Away from the edges, CIRCULAR equals SAME; and shifting the input by one
+    # position shifts the output by `stride` positions.
+    x = inputs(*_1D)[0]
+    circular = stax.ConvTranspose(3, (3,), (2,), 'CIRCULAR')
+    same = stax.ConvTranspose(3, (3,), (2,), 'SAME')
+    _, params = circular[0](key(0), x.shape)
+    out = circular[1](params, x)
+    self.assertEqual(out.shape, (2, 14, 3))
+    self.assertAllClose(out[:, 2:-2], same[1](params, x)[:, 2:-2])
+    self.assertAllClose(circular[1](params, jnp.roll(x, 1, 1)),
+                        jnp.roll(out, 2, 1))
+
+
+class ConvLocalTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(('unmasked', False), ('masked', True))
+  def test_1d_matches_monte_carlo(self, masked):
+    x1, x2, mask_constant = maybe_masked_inputs(_1D, masked)
+    first = dict(filter_shape=(3,), padding='SAME')
+    second = dict(filter_shape=(2,), strides=(2,), padding='VALID')
+    # Untied readout weights have a copy per output position: vmap fewer
+    # initializations at once.
+    assert_matches_monte_carlo(
+        self, conv_net(stax.ConvLocal, first, second), x1, x2,
+        wrong_net=conv_net(stax.Conv, first, second), batch_size=4,
+        mask_constant=mask_constant)
+
+  def test_2d_full_covariance_after_nonlinearity_matches_monte_carlo(self):
+    # ConvLocal's output is zero off the spatial diagonal, but a bias and a
+    # nonlinearity after it are not: pooling must see the true off-diagonal.
+    x1, x2 = inputs(*_2D)
+    net = lambda out_chan: stax.serial(
+        stax.ConvLocal(WIDTH, (2, 2), (2, 1), padding='CIRCULAR', W_std=1.5,
+                       b_std=0.3),
+        stax.Relu(), stax.AvgPool((2, 2), padding='SAME'),
+        stax.Conv(out_chan, (1, 1), W_std=1.2, b_std=0.1))
+    assert_matches_monte_carlo(self, net, x1, x2)
+
+  def test_tied_weights_equal_conv(self):
+    x = inputs(*_2D)[0]
+    args = dict(filter_shape=(3, 2), strides=(2, 1), padding='CIRCULAR',
+                W_std=1.4, b_std=0.3)
+    conv = stax.Conv(4, **args)
+    local = stax.ConvLocal(4, **args)
+    out_shape, (W, b) = conv[0](key(0), x.shape)
+    local_shape, (W_local, b_local) = local[0](key(0), x.shape)
+    self.assertEqual(out_shape, local_shape)
+    self.assertEqual(W_local.shape, (3, 4, 3, 2, 2, 4))
+    self.assertEqual(b_local.shape, (1, 3, 4, 4))
+    tied = (jnp.broadcast_to(W, W_local.shape),
+            jnp.broadcast_to(b, b_local.shape))
+    self.assertAllClose(local[1](tied, x), conv[1]((W, b), x))
+
+  def test_kernel_is_zero_off_diagonal(self):
+    x1, x2 = inputs(*_1D)
+    _, _, kernel_fn = stax.ConvLocal(3, (3,), padding='SAME', b_std=0.1)
+    k = kernels(kernel_fn, x1, x2)
+    off_diagonal = 1 - jnp.eye(7)
+    self.assertAllClose(k.nngp * off_diagonal, jnp.zeros_like(k.nngp))
+    self.assertAllClose(k.ntk * off_diagonal, jnp.zeros_like(k.ntk))
+    conv = kernels(stax.Conv(3, (3,), padding='SAME', b_std=0.1)[2], x1, x2,
+                   'nngp')
+    self.assertAllClose(kernel_lib.spatial_diagonal(k.nngp, 2),
+                        kernel_lib.spatial_diagonal(conv, 2))
+
+
+class EmpiricalNtkTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
+      ('conv_local', stax.ConvLocal))
+  def test_empirical_ntk_converges_to_analytic(self, layer):
+    x1, x2 = inputs(*_2D)
+    net = lambda width: stax.serial(
+        layer(width, (2, 2), (2, 1), 'CIRCULAR', W_std=1.5, b_std=0.3),
+        stax.Relu(), layer(1, (2, 2), padding='SAME', W_std=1.2, b_std=0.2))
+    empirical_ntk_errors(self, net, x1, x2)
+
+
+def _eval_init_shape(init_fn, input_shape):
+  """`init_fn(key, input_shape)` with params as shapes, without computing."""
+  out_shapes = []
+
+  def init(rng):
+    out_shape, params = init_fn(rng, input_shape)
+    out_shapes.append(out_shape)
+    return params
+
+  params = jax.eval_shape(init, key(0))
+  return out_shapes[0], params
+
+
+class ShapeTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.product(
+      layer=(stax.Conv, stax.ConvTranspose, stax.ConvLocal),
+      padding=('VALID', 'SAME', 'CIRCULAR'))
+  def test_apply_shape_is_init_shape(self, layer, padding):
+    cases = (((2, 7, 3), (3,), (2,), None),
+             ((2, 5, 4, 2), (3, 2), (2, 1), None),
+             ((2, 2, 5, 4), (2, 3), (1, 2), ('NCHW', 'OIHW', 'NHWC')),
+             ((1, 3, 3, 4, 2), (2, 1, 2), (1, 2, 1), None))
+    for shape, filter_shape, strides, dimension_numbers in cases:
+      init_fn, apply_fn, kernel_fn = layer(
+          4, filter_shape, strides, padding, b_std=0.1,
+          dimension_numbers=dimension_numbers)
+      # Shapes only: trace, without compiling.
+      out_shape, params = _eval_init_shape(init_fn, (-1,) + shape[1:])
+      x = jax.ShapeDtypeStruct(shape, jnp.float32)
+      out = jax.eval_shape(apply_fn, params, x)
+      self.assertEqual((-1,) + out.shape[1:], out_shape, (shape, layer))
+      k = jax.eval_shape(functools.partial(kernel_fn, x2=None,
+                                           diagonal_spatial=True), x)
+      self.assertEqual(k.shape1, out.shape)
+      out_spec = (dimension_numbers[2] if dimension_numbers else
+                  'N' + 'S' * (len(shape) - 2) + 'C')
+      spatial = [d for a, d in zip(out_spec, out.shape) if a not in 'NC']
+      self.assertEqual(k.nngp.shape, (shape[0], shape[0]) + tuple(spatial))
+
+
+class ErrorTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('conv', stax.Conv), ('conv_local', stax.ConvLocal))
+  def test_filter_larger_than_input_with_valid_padding(self, layer):
+    init_fn, apply_fn, kernel_fn = layer(3, (6, 2))
+    x = jnp.ones((2, 5, 4, 2))
+    message = r'`filter_shape`=\(6, 2\).*larger than its input.*"VALID".*"SAME"'
+    with self.assertRaisesRegex(ValueError, message):
+      init_fn(key(0), (-1, 5, 4, 2))
+    with self.assertRaisesRegex(ValueError, message):
+      kernel_fn(x, None, 'nngp')
+    # The same filter is fine with padding.
+    self.assertEqual(layer(3, (6, 2), padding='SAME')[0](key(0), x.shape)[0],
+                     (2, 5, 4, 3))
+
+  @parameterized.named_parameters(
+      ('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
+      ('conv_local', stax.ConvLocal))
+  def test_strides_of_wrong_length(self, layer):
+    with self.assertRaisesRegex(
+        ValueError, r'`strides`.*one entry per spatial dimension.*\(2\).*'
+        r'Pass 2 values'):
+      layer(3, (3, 3), strides=(2,))
+
+  @parameterized.named_parameters(
+      ('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
+      ('conv_local', stax.ConvLocal))
+  def test_unknown_padding(self, layer):
+    with self.assertRaisesRegex(
+        ValueError, r'`padding`.*"VALID", "SAME", "CIRCULAR".*\'FULL\'.*'
+        r'padding="SAME"'):
+      layer(3, (3,), padding='FULL')
+
+  def test_input_rank_must_match_filter(self):
+    init_fn, _, kernel_fn = stax.Conv(3, (3, 3), padding='SAME')
+    with self.assertRaisesRegex(ValueError, r'rank 4.*NHWC.*\(2, 5, 3\)'):
+      init_fn(key(0), (2, 5, 3))
+    with self.assertRaisesRegex(ValueError, r'rank 4'):
+      kernel_fn(jnp.ones((2, 5, 3)), None, 'nngp')
+
+  def test_bad_dimension_numbers(self):
+    with self.assertRaisesRegex(ValueError, r'`dimension_numbers`.*NHWC.*'
+                                r'not a valid layout'):
+      stax.Conv(3, (3, 3), dimension_numbers=('NHWC', 'HWIO', 'NHC'))
+
+  def test_bad_filter_shape_and_out_chan(self):
+    with self.assertRaisesRegex(ValueError, r'`filter_shape`.*positive ints'):
+      stax.Conv(3, (3, 0))
+    with self.assertRaisesRegex(ValueError, r'`out_chan`.*positive'):
+      stax.Conv(0, (3, 3))
+    with self.assertRaisesRegex(TypeError, r'`out_chan`.*positive int'):
+      stax.Conv(2.5, (3, 3))
+
+
+def _jaxpr_ndims(jaxpr) -> set[int]:
+  """Ranks of every value computed in a (closed) jaxpr, sub-jaxprs included."""
+  ndims = set()
+  for eqn in jaxpr.eqns:
+    ndims.update(len(v.aval.shape) for v in eqn.outvars)
+    for param in eqn.params.values():
+      for sub in (param if isinstance(param, (list, tuple)) else [param]):
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          ndims |= _jaxpr_ndims(inner)
+  return ndims
+
+
+class RepresentationTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
+      ('conv_local', stax.ConvLocal))
+  def test_cnn_read_out_by_flatten_never_builds_full_covariance(self, layer):
+    x1, x2 = inputs(*_2D)
+    net = stax.serial(layer(3, (2, 2), padding='SAME', b_std=0.1),
+                      stax.Relu(),
+                      layer(3, (2, 1), (2, 1), padding='CIRCULAR'),
+                      stax.Relu(), stax.Flatten(), stax.Dense(1))
+    fn = lambda a, b: net[2](a, b, get=('nngp', 'ntk'))
+    # Full spatial covariances of 2D activations have 6 axes, diagonal 4.
+    self.assertLess(max(_jaxpr_ndims(jax.make_jaxpr(fn)(x1, x2).jaxpr)), 6)
+    # Started from a full input kernel, every layer computes full covariances
+    # (which the check sees) and the result is the same.
+    k_in = inputs_to_kernel(x1, x2, diagonal_batch=True,
+                            diagonal_spatial=False, compute_ntk=True)
+    full_fn = lambda k: net[2](k, get=('nngp', 'ntk'))
+    self.assertIn(6, _jaxpr_ndims(jax.make_jaxpr(full_fn)(k_in).jaxpr))
+    self.assertAllClose(jax.jit(fn)(x1, x2), jax.jit(full_fn)(k_in))
+    # Asking for spatially diagonal outputs of a CNN also avoids them.
+    cnn = stax.serial(layer(3, (2, 2), padding='SAME', b_std=0.1),
+                      stax.Relu(), layer(3, (2, 1), (2, 1), padding='VALID'))
+    diag_fn = lambda a, b: cnn[2](a, b, get='ntk', diagonal_spatial=True)
+    self.assertLess(max(_jaxpr_ndims(jax.make_jaxpr(diag_fn)(x1, x2).jaxpr)),
+                    6)
+
+
+if __name__ == '__main__':
+  absltest.main()

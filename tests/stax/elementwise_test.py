@@ -1,0 +1,599 @@
+"""Tests of the elementwise nonlinearities.
+
+* `apply_fn` against independent numpy / scipy formulas;
+* kernels against Monte Carlo estimates of width-1024 networks, against
+  closed forms written out here with numpy, and against Gauss-Hermite
+  quadrature (`ElementwiseNumerical`);
+* representations (`x2=None`, batch- and spatially-diagonal kernels), shapes;
+* numerical stability in float32 and float64 (equal, opposite, nearly
+  collinear and zero rows; gradients of the NTK);
+* argument errors.
+"""
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special
+
+from neural_tangents import stax
+from neural_tangents._src.utils import kernel as kernel_lib
+import test_utils
+
+_MC_TOL = 0.05  # max error relative to the kernel's largest entry.
+
+
+def _gelu_tanh(x):
+  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+_SQRT6 = np.sqrt(6)
+
+# name -> (layer constructor, independent numpy function (None: kernel only),
+#          W_std, Monte Carlo samples (None: see `_EQUIVALENT`)). Every network
+#          has b_std = 0.3.
+CASES = {
+    'relu': (lambda: stax.Relu(), lambda x: np.maximum(x, 0), 1.0, 48),
+    'abrelu': (lambda: stax.ABRelu(-0.4, 1.5),
+               lambda x: np.where(x > 0, 1.5 * x, -0.4 * x), 1.0, 48),
+    'leaky_relu': (lambda: stax.LeakyRelu(0.1),
+                   lambda x: np.where(x > 0, x, 0.1 * x), 1.0, None),
+    'abs': (lambda: stax.Abs(), np.abs, 1.0, None),
+    'erf': (lambda: stax.Erf(a=1.2, b=0.8, c=0.3),
+            lambda x: 1.2 * special.erf(0.8 * x) + 0.3, 1.0, 48),
+    'gelu': (lambda: stax.Gelu(),
+             lambda x: x * 0.5 * (1 + special.erf(x / np.sqrt(2))), 1.0, 48),
+    'gelu_tanh': (lambda: stax.Gelu(approximate=True), _gelu_tanh, 1.0, None),
+    'sign': (lambda: stax.Sign(), np.sign, 1.0, 128),
+    'sin': (lambda: stax.Sin(a=1.2, b=0.8, c=0.3),
+            lambda x: 1.2 * np.sin(0.8 * x + 0.3), 1.0, 48),
+    'cos': (lambda: stax.Cos(a=0.9, b=1.1, c=0.2),
+            lambda x: 0.9 * np.cos(1.1 * x + 0.2), 1.0, None),
+    'rbf': (lambda: stax.Rbf(gamma=0.5),
+            lambda x: np.sqrt(2) * np.sin(x + np.pi / 4), 1.0, None),
+    'exp': (lambda: stax.Exp(a=0.8, b=0.5),
+            lambda x: 0.8 * np.exp(0.5 * x), 1.0, 64),
+    'gaussian': (lambda: stax.Gaussian(a=1.3, b=-0.6),
+                 lambda x: 1.3 * np.exp(-0.6 * x**2), 1.0, 48),
+    'monomial': (lambda: stax.Monomial(2), lambda x: x**2, 0.7, None),
+    'rectified_monomial': (lambda: stax.RectifiedMonomial(2),
+                           lambda x: np.maximum(x, 0)**2, 1.0, 64),
+    'polynomial': (lambda: stax.Polynomial([0.2, 1., 0.3, -0.1]),
+                   lambda x: 0.2 + x + 0.3 * x**2 - 0.1 * x**3, 0.8, 64),
+    'hermite': (lambda: stax.Hermite(3),
+                lambda x: (x**3 - 3 * x) / _SQRT6, 0.8, None),
+    'sigmoid_like': (lambda: stax.Sigmoid_like(),
+                     lambda x: 0.5 * special.erf(x / 2.4020563531719796) + 0.5,
+                     1.0, None),
+    'gabor': (lambda: stax.Gabor(), lambda x: np.exp(-x**2) * np.sin(x), 1.0,
+              48),
+    'elementwise_numerical_tanh': (
+        lambda: stax.ElementwiseNumerical(jnp.tanh, deg=30), np.tanh, 1.0, 48),
+    'exp_normalized': (lambda: stax.ExpNormalized(gamma=0.7, shift=-0.5),
+                       None, 1.0, None),
+}
+_FINITE_CASES = [name for name, case in CASES.items() if case[1] is not None]
+# Two layers of max(x, 0)^2 at width 1024 give a heavy-tailed estimator (seeds
+# differ by up to ~5%); `test_rectified_monomial_one_layer_matches_monte_carlo`
+# checks this layer at the usual tolerance.
+_MC_TOL_DEEP = {'rectified_monomial': 0.1}
+_MONTE_CARLO_CASES = [name for name, case in CASES.items()
+                      if case[3] is not None]
+
+# Layers that are special cases of a layer checked by Monte Carlo: the same
+# function (checked pointwise) and the same kernel (checked exactly), so a
+# Monte Carlo estimate of theirs would repeat the other's. This keeps the
+# suite within its CI time budget.
+_EQUIVALENT = {
+    'leaky_relu': lambda: stax.ABRelu(0.1, 1.),
+    'abs': lambda: stax.ABRelu(-1., 1.),
+    'cos': lambda: stax.Sin(a=0.9, b=1.1, c=0.2 + np.pi / 2),
+    'rbf': lambda: stax.Sin(a=np.sqrt(2), b=1., c=np.pi / 4),
+    'monomial': lambda: stax.Polynomial([0., 0., 1.]),
+    'hermite': lambda: stax.Polynomial([0., -3 / _SQRT6, 0., 1 / _SQRT6]),
+    'sigmoid_like': lambda: stax.Erf(a=0.5, b=1 / 2.4020563531719796, c=0.5),
+    # The tanh approximation differs from GELU by < 5e-4; the kernel is GELU's.
+    'gelu_tanh': lambda: stax.Gelu(approximate=False),
+}
+
+
+def _params(names):
+  return [(name, name) for name in names]
+
+
+def _network(name, out_dim=1024, readout=512):
+  layer_fn, _, w_std, _ = CASES[name]
+  return stax.serial(
+      stax.Dense(out_dim, W_std=w_std, b_std=0.3), layer_fn(),
+      stax.Dense(out_dim, W_std=w_std, b_std=0.3), layer_fn(),
+      stax.Dense(readout, W_std=w_std, b_std=0.3))
+
+
+def _inputs(dtype=np.float32, shape1=(3, 4), shape2=(2, 4)):
+  """Rows of different norms (0.5 to 1.6 times a standard normal row)."""
+  rng = np.random.RandomState(0)
+  x1 = rng.randn(*shape1) * np.linspace(0.5, 1.6, shape1[0]).reshape(
+      (-1,) + (1,) * (len(shape1) - 1))
+  x2 = rng.randn(*shape2)
+  return jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)
+
+
+def _degenerate_inputs(dtype):
+  """Equal, opposite, nearly collinear and all-zero rows."""
+  base = np.random.RandomState(1).randn(4)
+  noise = np.random.RandomState(2).randn(4)
+  rows = [base, base, -base, base + 1e-4 * noise, 0 * base, 2 * base]
+  return jnp.asarray(np.stack(rows), dtype)
+
+
+def _rel_err(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@functools.lru_cache(maxsize=None)
+def _monte_carlo(name):
+  """(analytic nngp, ntk; Monte Carlo nngp, ntk) of `_network(name)`."""
+  with jax.enable_x64(False):
+    init_fn, apply_fn, kernel_fn = _network(name)
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+    nngp, ntk = test_utils.monte_carlo_kernels(
+        init_fn, apply_fn, x1, x2, CASES[name][3], jax.random.PRNGKey(7),
+        batch_size=16)
+  return k.nngp, k.ntk, nngp, ntk
+
+
+class MonteCarloTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(_params(_MONTE_CARLO_CASES))
+  def test_kernel_matches_monte_carlo(self, name):
+    nngp, ntk, mc_nngp, mc_ntk = _monte_carlo(name)
+    tol = _MC_TOL_DEEP.get(name, _MC_TOL)
+    self.assertLess(_rel_err(mc_nngp, nngp), tol, 'nngp')
+    self.assertLess(_rel_err(mc_ntk, ntk), tol, 'ntk')
+
+  def test_rectified_monomial_one_layer_matches_monte_carlo(self):
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(1024, b_std=0.3), stax.RectifiedMonomial(2),
+        stax.Dense(512, b_std=0.3))
+    with jax.enable_x64(False):
+      x1, x2 = _inputs()
+      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      nngp, ntk = test_utils.monte_carlo_kernels(
+          init_fn, apply_fn, x1, x2, 64, jax.random.PRNGKey(7), batch_size=32)
+    self.assertLess(_rel_err(nngp, k.nngp), _MC_TOL)
+    self.assertLess(_rel_err(ntk, k.ntk), _MC_TOL)
+
+  @parameterized.named_parameters(_params(_EQUIVALENT))
+  def test_special_case_equals_checked_layer(self, name):
+    # Same function pointwise, same kernels: the Monte Carlo test of the
+    # equivalent layer covers this one.
+    layer_fn, _, w_std, _ = CASES[name]
+    layers = (layer_fn(), _EQUIVALENT[name]())
+    x = jnp.asarray(np.linspace(-4, 4, 41), jnp.float32)
+    atol = 5e-4 if name == 'gelu_tanh' else 1e-6
+    self.assertAllClose(layers[0][1]((), x), layers[1][1]((), x), rtol=0,
+                        atol=atol)
+    kernels = []
+    for layer in layers:
+      _, _, kernel_fn = stax.serial(
+          stax.Dense(1, W_std=w_std, b_std=0.3), layer,
+          stax.Dense(1, W_std=w_std, b_std=0.3), layer, stax.Dense(1))
+      kernels.append(kernel_fn(*_inputs(), ('nngp', 'ntk', 'cov1', 'cov2')))
+    self.assertAllClose(kernels[0], kernels[1], rtol=1e-6, atol=1e-6)
+
+  @parameterized.named_parameters(
+      # (layer, a plausible wrong kernel for it)
+      ('erf_without_shift', 'erf', lambda: stax.Erf(a=1.2, b=0.8, c=0.)),
+      ('relu_as_leaky', 'relu', lambda: stax.LeakyRelu(0.2)),
+      ('sin_without_phase', 'sin', lambda: stax.Sin(a=1.2, b=0.8, c=0.)),
+      ('gelu_as_relu', 'gelu', lambda: stax.Relu()),
+      ('rectified_monomial_as_monomial', 'rectified_monomial',
+       lambda: stax.Monomial(2)),
+  )
+  def test_monte_carlo_rejects_a_wrong_kernel(self, name, wrong_layer_fn):
+    # The tolerance must be tight enough for the test above to catch mistakes.
+    _, _, mc_nngp, mc_ntk = _monte_carlo(name)
+    w_std = CASES[name][2]
+    _, _, kernel_fn = stax.serial(
+        stax.Dense(1, W_std=w_std, b_std=0.3), wrong_layer_fn(),
+        stax.Dense(1, W_std=w_std, b_std=0.3), wrong_layer_fn(),
+        stax.Dense(1, W_std=w_std, b_std=0.3))
+    k = kernel_fn(*_inputs(), ('nngp', 'ntk'))
+    self.assertGreater(max(_rel_err(mc_nngp, k.nngp), _rel_err(mc_ntk, k.ntk)),
+                       _MC_TOL_DEEP.get(name, _MC_TOL))
+
+  def test_spatial_kernel_matches_monte_carlo(self):
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(1024, b_std=0.3), stax.Gelu(), stax.Dense(512, b_std=0.3))
+    with jax.enable_x64(False):
+      x1, x2 = _inputs(shape1=(2, 3, 2), shape2=(1, 3, 2))
+      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      nngp, ntk = test_utils.monte_carlo_kernels(
+          init_fn, apply_fn, x1, x2, 32, jax.random.PRNGKey(3), batch_size=16)
+    self.assertEqual(k.nngp.shape, (2, 1, 3, 3))
+    self.assertLess(_rel_err(nngp, k.nngp), _MC_TOL)
+    self.assertLess(_rel_err(ntk, k.ntk), _MC_TOL)
+
+
+class ApplyTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(_params(_FINITE_CASES))
+  def test_apply_fn_is_the_named_function(self, name):
+    layer_fn, reference, _, _ = CASES[name]
+    _, apply_fn, _ = layer_fn()
+    with jax.enable_x64(True):
+      x = jnp.asarray(np.linspace(-3, 3, 25).reshape(5, 5), jnp.float64)
+      expected = reference(np.asarray(x))
+      self.assertAllClose(apply_fn((), x), expected, rtol=1e-12, atol=1e-12)
+
+  @parameterized.named_parameters(
+      ('fc', (5, 4)), ('sequence', (5, 4, 3)), ('image', (5, 3, 3, 2)))
+  def test_init_and_apply_shapes_agree(self, shape):
+    for name in _FINITE_CASES:
+      init_fn, apply_fn, _ = stax.serial(stax.Dense(6), CASES[name][0](),
+                                         stax.Dense(3))
+      out_shape, params = init_fn(jax.random.PRNGKey(0), (-1,) + shape[1:])
+      out = apply_fn(params, jnp.ones(shape))
+      self.assertEqual(out_shape, (-1,) + shape[1:-1] + (3,), name)
+      self.assertEqual(out.shape, shape[:-1] + (3,), name)
+
+  def test_kernel_only_layer_apply_raises(self):
+    _, apply_fn, _ = stax.ExpNormalized()
+    with self.assertRaisesRegex(ValueError, 'ExpNormalized.*no finite-width'):
+      apply_fn((), jnp.ones((2, 3)))
+
+
+def _arccos_network(x1, x2, w1, b1, w2, b2):
+  """NNGP and NTK of Dense -> Relu -> Dense, written out with numpy."""
+  k12 = w1**2 * x1 @ x2.T / x1.shape[1] + b1**2
+  q1 = w1**2 * np.sum(x1**2, 1) / x1.shape[1] + b1**2
+  q2 = w1**2 * np.sum(x2**2, 1) / x1.shape[1] + b1**2
+  norm = np.sqrt(np.outer(q1, q2))
+  theta = np.arccos(np.clip(k12 / norm, -1, 1))
+  relu = norm / (2 * np.pi) * (np.sin(theta) + (np.pi - theta) * np.cos(theta))
+  step = (np.pi - theta) / (2 * np.pi)
+  nngp = w2**2 * relu + b2**2
+  return nngp, nngp + w2**2 * step * k12
+
+
+def _arcsine_network(x1, x2, w1, b1, w2, b2):
+  """NNGP and NTK of Dense -> Erf -> Dense, written out with numpy."""
+  k12 = w1**2 * x1 @ x2.T / x1.shape[1] + b1**2
+  q1 = w1**2 * np.sum(x1**2, 1) / x1.shape[1] + b1**2
+  q2 = w1**2 * np.sum(x2**2, 1) / x1.shape[1] + b1**2
+  s = np.outer(1 + 2 * q1, 1 + 2 * q2)
+  erf = 2 / np.pi * np.arcsin(2 * k12 / np.sqrt(s))
+  derf = 4 / np.pi / np.sqrt(s - 4 * k12**2)
+  nngp = w2**2 * erf + b2**2
+  return nngp, nngp + w2**2 * derf * k12
+
+
+def _arccos2_network(x, w_std, b_std):
+  """NNGP of Dense -> RectifiedMonomial(2) -> Dense -> ... -> Dense, numpy.
+
+  E[relu(u)^2 relu(v)^2] = q1 q2 / (2 pi) (3 sin t cos t + (pi - t)(1 + 2 cos^2
+  t)) (Cho & Saul 2009).
+  """
+  k = w_std**2 * x @ x.T / x.shape[1] + b_std**2
+  for _ in range(2):
+    q = np.diag(k)
+    theta = np.arccos(np.clip(k / np.sqrt(np.outer(q, q)), -1, 1))
+    j2 = (3 * np.sin(theta) * np.cos(theta) +
+          (np.pi - theta) * (1 + 2 * np.cos(theta)**2))
+    k = w_std**2 * np.outer(q, q) / (2 * np.pi) * j2 + b_std**2
+  return k
+
+
+class ClosedFormTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('relu', stax.Relu, _arccos_network),
+      ('erf', stax.Erf, _arcsine_network))
+  def test_one_hidden_layer_matches_numpy(self, layer_fn, reference):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      for args in [(1., 0.3, 1., 0.3), (1.7, 0.1, 0.6, 1.1)]:
+        _, _, kernel_fn = stax.serial(stax.Dense(1, *args[:2]), layer_fn(),
+                                      stax.Dense(1, *args[2:]))
+        for a, b in [(x1, x2), (x1, x1)]:
+          k = kernel_fn(a, b, ('nngp', 'ntk'))
+          nngp, ntk = reference(np.asarray(a), np.asarray(b), *args)
+          # `arccos` in the reference loses precision at equal inputs
+          # (arccos(1 - 1e-16) = 1.5e-8).
+          self.assertAllClose(k.nngp, nngp, rtol=1e-9, atol=1e-12)
+          self.assertAllClose(k.ntk, ntk, rtol=1e-7, atol=1e-12)
+
+  def test_exp_normalized_matches_its_formula(self):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      _, _, kernel_fn = stax.serial(
+          stax.Dense(1, W_std=1.3, b_std=0.3),
+          stax.ExpNormalized(gamma=0.7, shift=-0.5), stax.Dense(1))
+      k = kernel_fn(x1, x2, ('nngp', 'ntk', 'cov1'))
+      a, b = np.asarray(x1), np.asarray(x2)
+      k12 = 1.69 * a @ b.T / 4 + 0.09
+      q1 = 1.69 * np.sum(a**2, 1) / 4 + 0.09
+      q2 = 1.69 * np.sum(b**2, 1) / 4 + 0.09
+      norm = np.sqrt(np.outer(q1, q2))
+      exp = np.exp(0.7 * (k12 / norm - 0.5))
+      self.assertAllClose(k.nngp, norm * exp, rtol=1e-12, atol=0)
+      self.assertAllClose(k.ntk, norm * exp + 0.7 * exp * k12, rtol=1e-12,
+                          atol=0)
+      self.assertAllClose(k.cov1, q1 * np.exp(0.7 * 0.5), rtol=1e-12, atol=0)
+
+  def test_rbf_is_the_gaussian_kernel_of_the_inputs(self):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      _, _, kernel_fn = stax.serial(stax.Dense(1), stax.Rbf(gamma=0.3))
+      a, b = np.asarray(x1), np.asarray(x2)
+      sq_dist = np.sum((a[:, None] - b[None])**2, -1) / a.shape[1]
+      self.assertAllClose(kernel_fn(x1, x2, 'nngp'), np.exp(-0.3 * sq_dist),
+                          rtol=1e-12, atol=0)
+
+  def test_hermite_kernel_is_correlation_power_at_unit_variance(self):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      _, _, kernel_fn = stax.serial(stax.Dense(1, b_std=0.2),
+                                    stax.LayerNorm(eps=0.), stax.Hermite(4))
+      a, b = np.asarray(x1), np.asarray(x2)
+      k12 = a @ b.T / 4 + 0.04
+      rho = k12 / np.sqrt(np.outer(np.sum(a**2, 1) / 4 + 0.04,
+                                   np.sum(b**2, 1) / 4 + 0.04))
+      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      self.assertAllClose(k.nngp, rho**4, rtol=1e-10, atol=1e-12)
+      # ntk' = 4 rho^3 * ntk, and the ntk after Dense -> LayerNorm is rho.
+      self.assertAllClose(k.ntk, 4 * rho**4, rtol=1e-10, atol=1e-12)
+
+  @parameterized.named_parameters(
+      ('relu', stax.Relu, jax.nn.relu, 100, 3e-3, 3e-2),
+      ('erf', stax.Erf, jax.scipy.special.erf, 40, 1e-5, 1e-5),
+      ('gelu', stax.Gelu, functools.partial(jax.nn.gelu, approximate=False),
+       40, 1e-5, 1e-5))
+  def test_numerical_integration_matches_closed_form(self, layer_fn, fn, deg,
+                                                     tol_nngp, tol_ntk):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      kernels = []
+      for layer in (layer_fn(), stax.ElementwiseNumerical(fn, deg=deg)):
+        _, _, kernel_fn = stax.serial(
+            stax.Dense(1, b_std=0.3), layer, stax.Dense(1, b_std=0.3), layer,
+            stax.Dense(1, b_std=0.3))
+        kernels.append(kernel_fn(x1, x2, ('nngp', 'ntk')))
+      exact, numerical = kernels
+      self.assertLess(_rel_err(numerical.nngp, exact.nngp), tol_nngp)
+      self.assertLess(_rel_err(numerical.ntk, exact.ntk), tol_ntk)
+
+  @parameterized.named_parameters(_params([
+      'erf', 'gelu', 'sin', 'cos', 'rbf', 'exp', 'gaussian', 'monomial',
+      'polynomial', 'hermite', 'sigmoid_like', 'gabor']))
+  def test_kernel_is_the_expectation_of_apply_fn(self, name):
+    # For smooth functions Gauss-Hermite quadrature of the layer's own
+    # `apply_fn` converges fast: the closed form must be E[fn(u) fn(v)] (and
+    # E[fn'(u) fn'(v)]) to near machine precision, with no sampling noise.
+    layer = CASES[name][0]()
+    fn = lambda x: layer[1]((), x)
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      kernels = []
+      # `exp(-x^2)` is narrow against wide pre-activations: slower convergence.
+      deg = 150 if name == 'gabor' else 60
+      for l in (layer, stax.ElementwiseNumerical(fn, deg=deg)):
+        _, _, kernel_fn = stax.serial(stax.Dense(1, W_std=1.2, b_std=0.3), l)
+        kernels.append(kernel_fn(x1, x2, ('nngp', 'ntk', 'cov1', 'cov2')))
+      for exact, numerical in zip(*kernels):
+        self.assertLess(_rel_err(numerical, exact), 1e-7)
+
+  def test_numerical_integration_is_exact_for_polynomials(self):
+    # Gauss-Hermite of degree `deg` integrates degree < 2 deg exactly.
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      poly = lambda x: 0.2 + x + 0.3 * x**2 - 0.1 * x**3
+      kernels = []
+      for layer in (stax.Polynomial([0.2, 1., 0.3, -0.1]),
+                    stax.ElementwiseNumerical(poly, deg=4)):
+        _, _, kernel_fn = stax.serial(stax.Dense(1, b_std=0.3), layer)
+        kernels.append(kernel_fn(x1, x2, ('nngp', 'ntk')))
+      self.assertAllClose(kernels[1], kernels[0], rtol=1e-12, atol=1e-12)
+
+  @parameterized.named_parameters(
+      ('erf', stax.Erf,
+       lambda c, q1, q2: 2 / np.pi * jnp.arcsin(
+           2 * c / jnp.sqrt((1 + 2 * q1) * (1 + 2 * q2))),
+       None),
+      ('gelu', stax.Gelu,
+       lambda c, q1, q2: (
+           c * (0.25 + jnp.arcsin(c / jnp.sqrt((1 + q1) * (1 + q2))) /
+                (2 * np.pi)) +
+           (q1 * q2 + c**2 * (1 - q1 * q2) / ((1 + q1) * (1 + q2))) /
+           (2 * np.pi * jnp.sqrt((1 + q1) * (1 + q2) - c**2))),
+       None),
+      ('relu_stable_formula', stax.Relu,
+       lambda c, q1, q2: _user_relu_nngp(c, q1, q2), None),
+      ('relu_with_derivative', stax.Relu,
+       lambda c, q1, q2: _user_relu_nngp(c, q1, q2),
+       lambda c, q1, q2: (np.pi - jnp.arccos(
+           jnp.clip(c / jnp.sqrt(q1 * q2), -1, 1))) / (2 * np.pi)),
+  )
+  def test_elementwise_with_nngp_fn_matches_the_layer(self, layer_fn, nngp_fn,
+                                                      d_nngp_fn):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      kernels = []
+      for layer in (layer_fn(), stax.Elementwise(nngp_fn=nngp_fn,
+                                                 d_nngp_fn=d_nngp_fn)):
+        _, _, kernel_fn = stax.serial(
+            stax.Dense(1, b_std=0.3), layer, stax.Dense(1, b_std=0.3), layer,
+            stax.Dense(1, b_std=0.3))
+        kernels.append(kernel_fn(x1, None, ('nngp', 'ntk', 'cov1')))
+        kernels.append(kernel_fn(x1, x2, ('nngp', 'ntk', 'cov2')))
+      self.assertAllClose(kernels[2:], kernels[:2], rtol=1e-10, atol=1e-12)
+
+  def test_rectified_monomial_deep_network_is_finite_and_right(self):
+    # Upstream 0.6.5 returns NaN for every entry of this network.
+    layers = []
+    for _ in range(2):
+      layers += [stax.Dense(1, W_std=1.2, b_std=0.3),
+                 stax.RectifiedMonomial(2)]
+    _, _, kernel_fn = stax.serial(*layers, stax.Dense(1, W_std=1.2, b_std=0.3))
+    with jax.enable_x64(True):
+      x = np.concatenate([np.asarray(_inputs(np.float64)[0]),
+                          np.asarray(_degenerate_inputs(np.float64))])
+    expected = _arccos2_network(x, 1.2, 0.3)
+    with jax.enable_x64(True):
+      k64 = kernel_fn(jnp.asarray(x, jnp.float64), None, ('nngp', 'ntk'))
+    with jax.enable_x64(False):
+      k32 = kernel_fn(jnp.asarray(x, jnp.float32), None, ('nngp', 'ntk'))
+    for k in (k64, k32):
+      self.assertFinite(k)
+    self.assertAllClose(k64.nngp, expected, rtol=1e-10, atol=1e-10)
+    self.assertLess(_rel_err(k32.nngp, expected), 1e-5)
+    self.assertLess(_rel_err(k32.ntk, k64.ntk), 1e-5)
+    # And against the finite network (the Monte Carlo case of the same layer).
+    nngp, ntk, mc_nngp, mc_ntk = _monte_carlo('rectified_monomial')
+    self.assertFinite((nngp, ntk))
+    self.assertLess(_rel_err(mc_nngp, nngp), _MC_TOL_DEEP['rectified_monomial'])
+    self.assertLess(_rel_err(mc_ntk, ntk), _MC_TOL_DEEP['rectified_monomial'])
+
+
+def _user_relu_nngp(c, q1, q2):
+  """A user's ReLU kernel, written to be differentiable at |rho| = 1."""
+  norm = jnp.sqrt(q1 * q2)
+  rho = c / norm
+  sin = jnp.sqrt(jnp.maximum(1 - rho**2, 1e-30))
+  theta = jnp.arctan2(sin, rho)
+  return norm / (2 * np.pi) * (sin + (np.pi - theta) * rho)
+
+
+class RepresentationTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('fc', (3, 4), list(CASES)),
+      # The kernel maps broadcast the same way whatever the layer: a sample of
+      # layers (each kind of map) suffices for spatial inputs.
+      ('image', (3, 3, 3, 2), ['relu', 'abrelu', 'erf', 'gelu', 'sign', 'sin',
+                               'gaussian', 'polynomial', 'rectified_monomial',
+                               'gabor', 'elementwise_numerical_tanh',
+                               'exp_normalized']),
+      ('sequence', (3, 4, 3), ['relu', 'erf', 'gelu', 'polynomial']))
+  def test_representations_agree(self, shape, names):
+    x1, _ = _inputs(np.float32, shape, shape)
+    spatial = shape[1:-1]
+    for name in names:
+      _, _, kernel_fn = _network(name, 2, 2)
+      # The full representation, and cross-kernels with x1 reversed (the
+      # same shapes, so that eager op compilations are reused).
+      full = kernel_fn(x1, x1, diagonal_batch=False)
+      rev = kernel_fn(x1, x1[::-1], diagonal_batch=False)
+      self.assertEqual(full.nngp.shape,
+                       (3, 3) + sum(((s, s) for s in spatial), ()), name)
+      self.assertAllClose((rev.nngp, rev.ntk, rev.cov1, rev.cov2),
+                          (full.nngp[:, ::-1], full.ntk[:, ::-1], full.cov1,
+                           full.cov1[::-1, ::-1]), msg=name)
+      # x2=None, with the batch (and spatial) diagonal only: the diagonals of
+      # the full kernel with x2=x1.
+      diag = kernel_fn(x1, None, diagonal_spatial=True)
+      self.assertEqual(diag.nngp.shape, (3, 3) + spatial, name)
+      spatial_diag = lambda x, n: (kernel_lib.spatial_diagonal(x, n)
+                                   if spatial else x)
+      self.assertAllClose(
+          (diag.nngp, diag.ntk, diag.cov1),
+          (spatial_diag(full.nngp, 2), spatial_diag(full.ntk, 2),
+           kernel_lib.batch_diagonal(spatial_diag(full.cov1, 2))), msg=name)
+      self.assertIsNone(diag.cov2)
+
+
+class StabilityTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.product(name=list(CASES), dtype=[np.float32, np.float64])
+  def test_kernels_are_finite_on_degenerate_inputs(self, name, dtype):
+    with jax.enable_x64(dtype == np.float64):
+      x = _degenerate_inputs(dtype)
+      _, _, kernel_fn = _network(name, 1, 1)
+      for x2, diagonal_batch in ((None, False), (x[::-1], True)):
+        k = kernel_fn(x, x2, diagonal_batch=diagonal_batch)
+        self.assertEqual(k.nngp.dtype, dtype)
+        self.assertFinite((k.nngp, k.ntk, k.cov1, k.cov2),
+                          f'{name} x2={x2 is not None}')
+      # Rows 0 and 1 are equal, so are their kernels with any x2.
+      self.assertAllClose(k.nngp[0], k.nngp[1], rtol=10 * _eps(dtype),
+                          atol=10 * _eps(dtype))
+
+  @parameterized.product(
+      name=['relu', 'abrelu', 'erf', 'gelu', 'rectified_monomial'],
+      dtype=[np.float32, np.float64])
+  def test_ntk_gradient_is_finite(self, name, dtype):
+    with jax.enable_x64(dtype == np.float64):
+      x = _degenerate_inputs(dtype)
+      _, _, kernel_fn = _network(name, 1, 1)
+      grad = jax.grad(lambda x: jnp.sum(kernel_fn(x, None, 'ntk')))(x)
+      self.assertFinite(grad, name)
+
+  @parameterized.named_parameters(
+      ('relu', stax.Relu), ('erf', stax.Erf), ('gelu', stax.Gelu),
+      ('abrelu', lambda: stax.ABRelu(-0.4, 1.5)))
+  def test_ntk_gradient_matches_finite_differences(self, layer_fn):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      _, _, kernel_fn = stax.serial(
+          stax.Dense(1, b_std=0.3), layer_fn(), stax.Dense(1, b_std=0.3),
+          layer_fn(), stax.Dense(1, b_std=0.3))
+      weights = jnp.asarray(np.random.RandomState(3).randn(3, 3))
+      loss = lambda x: jnp.sum(weights * kernel_fn(x, None, 'ntk'))
+      grad = jax.grad(loss)(x1)
+      direction = jnp.asarray(np.random.RandomState(4).randn(*x1.shape))
+      h = 1e-6
+      numerical = (loss(x1 + h * direction) -
+                   loss(x1 - h * direction)) / (2 * h)
+      self.assertAllClose(jnp.sum(grad * direction), numerical, rtol=1e-6,
+                          atol=1e-8)
+
+
+def _eps(dtype):
+  return float(np.finfo(dtype).eps)
+
+
+class ErrorTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('monomial', lambda: stax.Monomial(-1), 'degree'),
+      ('rectified_monomial', lambda: stax.RectifiedMonomial(-1), 'degree'),
+      ('hermite', lambda: stax.Hermite(-2), 'degree'),
+      ('numerical_deg', lambda: stax.ElementwiseNumerical(jnp.tanh, deg=0),
+       'deg'),
+      ('elementwise_nothing', lambda: stax.Elementwise(), 'fn.*nngp_fn'),
+      ('polynomial_empty', lambda: stax.Polynomial([]), 'coef'),
+      ('polynomial_2d', lambda: stax.Polynomial([[1., 2.]]), 'coef'),
+  )
+  def test_invalid_arguments_raise_value_error(self, make, message):
+    with self.assertRaisesRegex(ValueError, message):
+      make()
+
+  def test_non_int_degree_raises_type_error(self):
+    with self.assertRaisesRegex(TypeError, 'degree.*2.5'):
+      stax.Monomial(2.5)
+
+  def test_kernel_of_elementwise_without_nngp_fn_raises(self):
+    _, apply_fn, kernel_fn = stax.serial(stax.Dense(1),
+                                         stax.Elementwise(fn=jnp.tanh))
+    self.assertEqual(apply_fn([(jnp.ones((1, 1)), None), ()],
+                              jnp.ones((2, 1))).shape, (2, 1))
+    with self.assertRaisesRegex(ValueError, 'nngp_fn.*ElementwiseNumerical'):
+      kernel_fn(jnp.ones((2, 3)), None)
+
+  def test_apply_of_elementwise_without_fn_raises(self):
+    _, apply_fn, _ = stax.Elementwise(nngp_fn=lambda c, q1, q2: c)
+    with self.assertRaisesRegex(ValueError, 'fn'):
+      apply_fn((), jnp.ones((2, 3)))
+
+  def test_nonlinearity_on_raw_inputs_raises(self):
+    _, _, kernel_fn = stax.Gelu()
+    with self.assertRaisesRegex(ValueError, 'Gelu.*Gaussian.*Dense'):
+      kernel_fn(jnp.ones((2, 3)), None)
+
+
+if __name__ == '__main__':
+  absltest.main()

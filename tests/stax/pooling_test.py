@@ -1,0 +1,264 @@
+"""Tests of `AvgPool`, `SumPool`, `GlobalAvgPool` and `GlobalSumPool`.
+
+Pooling is a fixed linear map, so on raw inputs its kernel is exactly the
+covariance of the pooled inputs; inside networks, kernels are checked against
+Monte Carlo estimates (helpers shared with `convolution_test`).
+"""
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents import stax
+from neural_tangents._src.stax.masking import MaskedArray
+from tests.stax.convolution_test import assert_matches_monte_carlo
+from tests.stax.convolution_test import empirical_ntk_errors
+from tests.stax.convolution_test import inputs
+from tests.stax.convolution_test import kernels
+from tests.stax.convolution_test import maybe_masked_inputs
+from tests.stax.convolution_test import WIDTH
+import test_utils
+
+jax.config.update('jax_enable_x64', True)
+
+_1D = ((2, 7, 3), (1, 7, 3))
+_2D = ((2, 5, 4, 2), (1, 5, 4, 2))
+
+
+def pair_covariance(y1, y2):
+  """Channel-averaged covariance of `(N, S..., C)` activations, in the
+  `Kernel` layout `(N1, N2, S_1, S_1', ..., S_d, S_d')`."""
+  n_spatial = y1.ndim - 2
+  out = jnp.tensordot(y1, y2, axes=(-1, -1)) / y1.shape[-1]
+  order = [0, 1 + n_spatial]
+  for i in range(n_spatial):
+    order += [1 + i, 2 + n_spatial + i]
+  return jnp.transpose(out, order)
+
+
+def values(y):
+  return getattr(y, 'masked_value', y)
+
+
+_POOLS = (
+    ('avg_1d_valid_strided', stax.AvgPool, _1D,
+     dict(window_shape=(3,), strides=(2,), padding='VALID')),
+    ('avg_1d_same_normalized', stax.AvgPool, _1D,
+     dict(window_shape=(4,), padding='SAME', normalize_edges=True)),
+    ('avg_1d_circular', stax.AvgPool, _1D,
+     dict(window_shape=(3,), strides=(2,), padding='CIRCULAR')),
+    ('avg_2d_same', stax.AvgPool, _2D,
+     dict(window_shape=(3, 2), strides=(2, 1), padding='SAME')),
+    ('avg_2d_same_normalized', stax.AvgPool, _2D,
+     dict(window_shape=(3, 3), strides=(1, 2), padding='SAME',
+          normalize_edges=True)),
+    ('avg_2d_circular', stax.AvgPool, _2D,
+     dict(window_shape=(2, 3), padding='CIRCULAR')),
+    ('sum_1d_same', stax.SumPool, _1D,
+     dict(window_shape=(3,), strides=(2,), padding='SAME')),
+    ('sum_2d_valid', stax.SumPool, _2D,
+     dict(window_shape=(2, 2), strides=(1, 2), padding='VALID')),
+    ('global_avg_1d', stax.GlobalAvgPool, _1D, {}),
+    ('global_avg_2d', stax.GlobalAvgPool, _2D, {}),
+    ('global_sum_2d', stax.GlobalSumPool, _2D, {}),
+)
+
+
+class ExactKernelTest(test_utils.NeuralTangentsTestCase):
+  """On raw inputs, the kernel is the covariance of the pooled inputs."""
+
+  @parameterized.named_parameters(
+      *[(name + suffix, layer, shapes, args, masked)
+        for name, layer, shapes, args in _POOLS
+        for suffix, masked in (('', False), ('_masked', True))])
+  def test_kernel_is_covariance_of_pooled_inputs(self, layer, shapes, args,
+                                                 masked):
+    x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
+    init_fn, apply_fn, kernel_fn = layer(**args)
+    kwargs = dict(mask_constant=mask_constant)
+    y1 = values(apply_fn((), x1, **kwargs))
+    y2 = values(apply_fn((), x2, **kwargs))
+    k = kernels(kernel_fn, x1, x2, ('nngp', 'cov1', 'cov2'), **kwargs)
+    self.assertAllClose(k.nngp, pair_covariance(y1, y2))
+    # `cov1` / `cov2` keep each example's covariance with itself.
+    for cov, y in ((k.cov1, y1), (k.cov2, y2)):
+      full = pair_covariance(y, y)
+      self.assertAllClose(cov, jnp.stack([full[i, i] for i in range(len(y))]))
+    self.assertEqual(init_fn(None, (-1,) + x1.shape[1:])[0],
+                     (-1,) + y1.shape[1:])
+    self.assertFinite(k)
+
+  def test_avg_pool_matches_explicit_windows(self):
+    # One dimension by hand: SAME padding of a window of 3 pads (1, 1); with
+    # `normalize_edges` the edge windows average 2 entries, otherwise 3.
+    x = jnp.arange(1., 5.).reshape(1, 4, 1)
+    for normalize_edges, expected in ((True, [1.5, 2., 3., 3.5]),
+                                      (False, [1., 2., 3., 7 / 3])):
+      _, apply_fn, _ = stax.AvgPool((3,), padding='SAME',
+                                    normalize_edges=normalize_edges)
+      self.assertAllClose(apply_fn((), x)[0, :, 0], jnp.array(expected))
+    _, apply_fn, _ = stax.AvgPool((3,), padding='CIRCULAR')
+    self.assertAllClose(apply_fn((), x)[0, :, 0],
+                        jnp.array([7 / 3, 2., 3., 8 / 3]))
+
+  def test_masked_average_is_over_unmasked_entries(self):
+    x = jnp.array([1., 2., 3., 4.]).reshape(1, 4, 1)
+    mask = jnp.array([False, False, True, True]).reshape(1, 4, 1)
+    _, apply_fn, _ = stax.AvgPool((2,), padding='VALID')
+    out = apply_fn((), MaskedArray(x, mask))
+    self.assertAllClose(out.masked_value[0, :, 0], jnp.array([1.5, 2., 0.]))
+    self.assertEqual(out.mask[0, :, 0].tolist(), [False, False, True])
+    _, apply_fn, _ = stax.GlobalAvgPool()
+    self.assertAllClose(apply_fn((), MaskedArray(x, mask)),
+                        jnp.array([[1.5]]))
+
+  @parameterized.parameters(stax.AvgPool, stax.SumPool)
+  def test_channels_first_equals_channels_last(self, layer):
+    x1, x2 = inputs(*_2D)
+    last = layer((3, 2), (2, 1), 'SAME')
+    first = layer((3, 2), (2, 1), 'SAME', batch_axis=1, channel_axis=0)
+    cnhw = lambda x: jnp.transpose(x, (3, 0, 1, 2))
+    self.assertAllClose(kernels(first[2], cnhw(x1), cnhw(x2)),
+                        kernels(last[2], x1, x2))
+    self.assertAllClose(first[1]((), cnhw(x1)), cnhw(last[1]((), x1)))
+    self.assertEqual(first[0](None, (2, -1, 5, 4))[0], (2, -1, 3, 4))
+
+  def test_global_pool_channels_first(self):
+    x = inputs(*_2D)[0]
+    init_fn, apply_fn, kernel_fn = stax.GlobalAvgPool(batch_axis=1,
+                                                      channel_axis=0)
+    cnhw = jnp.transpose(x, (3, 0, 1, 2))
+    self.assertEqual(init_fn(None, (2, -1, 5, 4))[0], (2, -1))
+    self.assertAllClose(apply_fn((), cnhw), jnp.mean(x, (1, 2)).T)
+    self.assertAllClose(kernels(kernel_fn, cnhw, None, 'nngp'),
+                        kernels(stax.GlobalAvgPool()[2], x, None, 'nngp'))
+
+
+def pool_net(pool, n_spatial):
+  """`out_chan` -> Conv, Relu, `pool`, then a 1x1 Conv (Dense after global
+  pooling) readout of `out_chan` channels."""
+  is_global = pool[0].__name__.startswith('Global')
+
+  def net(out_chan):
+    readout = (stax.Dense(out_chan, W_std=1.2, b_std=0.1) if is_global else
+               stax.Conv(out_chan, (1,) * n_spatial, W_std=1.2, b_std=0.1))
+    return stax.serial(
+        stax.Conv(WIDTH, (2,) * n_spatial, padding='SAME', W_std=1.5,
+                  b_std=0.3),
+        stax.Relu(), pool, readout)
+  return net
+
+
+class MonteCarloTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('avg_2d_same_normalized_masked', stax.AvgPool, _2D,
+       dict(window_shape=(3, 2), strides=(2, 1), padding='SAME',
+            normalize_edges=True), True),
+      ('avg_1d_circular', stax.AvgPool, _1D,
+       dict(window_shape=(3,), strides=(2,), padding='CIRCULAR'), False),
+      ('sum_1d_valid_masked', stax.SumPool, _1D,
+       dict(window_shape=(3,), strides=(2,), padding='VALID'), True),
+      ('sum_2d_same', stax.SumPool, _2D,
+       dict(window_shape=(2, 2), padding='SAME'), False),
+      ('global_avg_2d_masked', stax.GlobalAvgPool, _2D, {}, True),
+      ('global_sum_1d', stax.GlobalSumPool, _1D, {}, False),
+  )
+  def test_matches_monte_carlo(self, layer, shapes, args, masked):
+    x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
+    n_spatial = len(shapes[0]) - 2
+    assert_matches_monte_carlo(self, pool_net(layer(**args), n_spatial),
+                               x1, x2, mask_constant=mask_constant)
+
+  def test_pooling_is_not_a_diagonal_convolution(self):
+    # Pooling pairs all taps of two windows; a wrong kernel pairing only equal
+    # taps (as a shared filter would) gives the kernel of `Conv` instead,
+    # which the Monte Carlo tolerance rejects.
+    x1, x2 = inputs(*_1D)
+    args = dict(strides=(2,), padding='SAME')
+    net = lambda out_chan: stax.serial(
+        stax.Conv(WIDTH, (2,), padding='SAME', W_std=1.5, b_std=0.3),
+        stax.Relu(), stax.AvgPool((3,), **args),
+        stax.Conv(out_chan, (1,), W_std=1.2))
+    wrong = lambda out_chan: stax.serial(
+        stax.Conv(WIDTH, (2,), padding='SAME', W_std=1.5, b_std=0.3),
+        stax.Relu(), stax.Conv(out_chan, (3,), W_std=1., **args),
+        stax.Conv(out_chan, (1,), W_std=1.2))
+    assert_matches_monte_carlo(self, net, x1, x2, wrong_net=wrong)
+
+
+class EmpiricalNtkTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('avg', stax.AvgPool((2, 2), padding='SAME', normalize_edges=True)),
+      ('sum', stax.SumPool((2, 2), (2, 1), padding='CIRCULAR')),
+      ('global_avg', stax.GlobalAvgPool()),
+  )
+  def test_empirical_ntk_converges_to_analytic(self, pool):
+    x1, x2 = inputs(*_2D)
+    is_global = pool[0].__name__.startswith('Global')
+    net = lambda width: stax.serial(
+        stax.Conv(width, (2, 2), padding='SAME', W_std=1.5, b_std=0.3),
+        stax.Relu(), pool,
+        stax.Dense(1) if is_global else stax.Conv(1, (2, 2), padding='SAME'))
+    empirical_ntk_errors(self, net, x1, x2)
+
+
+class ShapeTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      ('avg_3d', stax.AvgPool((2, 1, 2), (1, 1, 2), 'SAME'), (2, 3, 3, 4, 2)),
+      ('sum_3d', stax.SumPool((2, 2, 2)), (2, 3, 3, 4, 2)),
+      ('global_sum_3d', stax.GlobalSumPool(), (2, 3, 3, 4, 2)),
+      ('avg_channels_first', stax.AvgPool((2, 3), batch_axis=0,
+                                          channel_axis=1), (2, 3, 4, 5)),
+  )
+  def test_apply_shape_is_init_shape(self, layer, shape):
+    init_fn, apply_fn, kernel_fn = layer
+    out_shape, params = init_fn(None, (-1,) + shape[1:])
+    x = jnp.ones(shape)
+    self.assertEqual(params, ())
+    self.assertEqual((-1,) + apply_fn(params, x).shape[1:], out_shape)
+    k = kernels(kernel_fn, x, None, None)
+    self.assertEqual(k.shape1, (2,) + out_shape[1:])
+    self.assertTrue(np.all(np.isfinite(k.nngp)))
+
+
+class ErrorTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.parameters(stax.AvgPool, stax.SumPool)
+  def test_window_larger_than_input_with_valid_padding(self, layer):
+    init_fn, apply_fn, kernel_fn = layer((6, 2))
+    message = (r'`window_shape`=\(6, 2\).*larger than its input.*"VALID".*'
+               r'"SAME"')
+    with self.assertRaisesRegex(ValueError, message):
+      init_fn(None, (-1, 5, 4, 2))
+    with self.assertRaisesRegex(ValueError, message):
+      apply_fn((), jnp.ones((2, 5, 4, 2)))
+    with self.assertRaisesRegex(ValueError, message):
+      kernel_fn(jnp.ones((2, 5, 4, 2)), None, 'nngp')
+
+  @parameterized.parameters(stax.AvgPool, stax.SumPool)
+  def test_strides_of_wrong_length(self, layer):
+    with self.assertRaisesRegex(
+        ValueError, r'`strides`.*one entry per entry of `window_shape` '
+        r'\(2\).*\(2,\).*Pass 2 values'):
+      layer((2, 2), (2,))
+
+  @parameterized.parameters(stax.AvgPool, stax.SumPool)
+  def test_unknown_padding(self, layer):
+    with self.assertRaisesRegex(
+        ValueError, r'`padding`.*"VALID", "SAME", "CIRCULAR".*\'REFLECT\'.*'
+        r'padding="SAME"'):
+      layer((2, 2), padding='REFLECT')
+
+  def test_window_rank_must_match_inputs(self):
+    init_fn, _, _ = stax.AvgPool((2, 2))
+    with self.assertRaisesRegex(ValueError, r'`window_shape`=\(2, 2\).*2 '
+                                r'entries.*1 spatial dimensions'):
+      init_fn(None, (-1, 5, 3))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,258 @@
+"""Tests of `ImageResize`, `Index` / `Slice` and `DotGeneral`.
+
+These layers are constant linear maps of positions, so on raw inputs their
+kernel must equal, exactly, the covariance of their outputs; Monte Carlo
+checks them inside wide networks.
+"""
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents import stax
+from neural_tangents._src.stax import requirements
+import test_utils
+
+_MC_TOL = 0.05  # relative to the kernel's largest entry.
+
+
+def _inputs(spatial=(5, 4), n1=2, n2=3, n_chan=3):
+  x1 = jax.random.normal(jax.random.PRNGKey(1), (n1,) + spatial + (n_chan,))
+  x2 = jax.random.normal(jax.random.PRNGKey(2), (n2,) + spatial + (n_chan,))
+  return x1, x2
+
+
+class _ExactMixin:
+  """Checks a kernel on raw inputs against the covariance of the outputs."""
+
+  def assertKernelIsOutputCovariance(self, layer, x1, x2, apply_kwargs1=None,
+                                     apply_kwargs2=None, **kernel_kwargs):
+    _, apply_fn, kernel_fn = layer
+    y1 = apply_fn((), x1, **(apply_kwargs1 or {}))
+    y2 = apply_fn((), x2, **(apply_kwargs2 or {}))
+    # Both representations of each kind of axis, in two calls.
+    for diagonal_batch, diagonal_spatial in ((True, False), (False, True)):
+      k = kernel_fn(x1, x2, diagonal_batch=diagonal_batch,
+                    diagonal_spatial=diagonal_spatial, **kernel_kwargs)
+      expected = requirements.inputs_to_kernel(
+          y1, y2, diagonal_batch=diagonal_batch,
+          diagonal_spatial=diagonal_spatial, compute_ntk=True,
+          batch_axis=k.batch_axis, channel_axis=k.channel_axis)
+      msg = f'diagonal_batch={diagonal_batch} spatial={diagonal_spatial}'
+      self.assertEqual(k.shape1, y1.shape, msg)
+      self.assertEqual(k.shape2, y2.shape, msg)
+      for name in ('nngp', 'cov1', 'cov2', 'ntk'):
+        self.assertAllClose(getattr(k, name), getattr(expected, name),
+                            rtol=1e-4, atol=1e-5, msg=f'{name} {msg}')
+
+
+def _channels_last(apply_fn, channel_axis):
+  """`apply_fn` with its output's channel axis moved last (for Monte Carlo)."""
+  def f(params, x, **kwargs):
+    return jnp.moveaxis(apply_fn(params, x, **kwargs), channel_axis, -1)
+  return f
+
+
+class ImageResizeTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
+
+  @parameterized.named_parameters(
+      ('linear_up_down', (-1, 8, 3, -1), 'linear', True),
+      ('bilinear_no_antialias', (-1, 3, 7, -1), 'bilinear', False),
+      ('nearest', (-1, 7, 2, -1), 'nearest', True),
+      ('cubic', (-1, 6, -1, -1), 'cubic', True),
+      ('lanczos3', (-1, 3, 6, -1), 'lanczos3', True),
+      ('lanczos5_keep', (-1, 5, 8, 3), 'lanczos5', True),
+  )
+  def test_kernel_is_output_covariance(self, shape, method, antialias):
+    x1, x2 = _inputs()
+    self.assertKernelIsOutputCovariance(
+        stax.ImageResize(shape, method, antialias=antialias), x1, x2)
+
+  def test_matches_monte_carlo(self):
+    x1, x2 = _inputs(spatial=(3, 2), n1=2, n2=2)
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(512, W_std=1.5, b_std=0.2), stax.Relu(),
+        stax.ImageResize((-1, 4, 3, -1), 'linear'),
+        stax.Dense(256, W_std=1.2))
+    nngp_err, ntk_err = test_utils.monte_carlo_errors(
+        init_fn, apply_fn, kernel_fn, x1, x2, n_nngp=128, n_ntk=16,
+        batch_size=8)
+    self.assertLess(nngp_err, _MC_TOL)
+    self.assertLess(ntk_err, _MC_TOL)
+
+  def test_resizing_channels_or_batch_raises(self):
+    x1, _ = _inputs()
+    init_fn, apply_fn, kernel_fn = stax.ImageResize((-1, 4, 4, 6), 'linear')
+    for call in (lambda: kernel_fn(x1, None),
+                 lambda: apply_fn((), x1),
+                 lambda: init_fn(None, x1.shape)):
+      with self.assertRaisesRegex(ValueError,
+                                  r'`shape`.*channel axis 3.*Pass -1'):
+        call()
+    _, _, kernel_fn = stax.ImageResize((4, 4, 4, -1), 'linear')
+    with self.assertRaisesRegex(ValueError, r'`shape`.*batch axis'):
+      kernel_fn(x1, None)
+    _, _, kernel_fn = stax.ImageResize((-1, 4, -1), 'linear')
+    with self.assertRaisesRegex(ValueError, '`shape` must have one entry'):
+      kernel_fn(x1, None)
+    with self.assertRaisesRegex(ValueError, '`method`'):
+      stax.ImageResize((-1, 4, 4, -1), 'bogus')
+
+  def test_shapes(self):
+    init_fn, apply_fn, kernel_fn = stax.ImageResize((-1, 2, 9, -1), 'cubic')
+    out_shape, params = init_fn(None, (-1, 5, 4, 3))
+    self.assertEqual(out_shape, (-1, 2, 9, 3))
+    x1, _ = _inputs()
+    self.assertEqual(apply_fn(params, x1).shape, (2, 2, 9, 3))
+    self.assertEqual(kernel_fn(x1, None, 'nngp').shape, (2, 2, 2, 2, 9, 9))
+
+
+class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
+
+  def test_slice_helper(self):
+    self.assertEqual(stax.Slice[:, 1:, ::2],
+                     (slice(None), slice(1, None), slice(None, None, 2)))
+    self.assertEqual(stax.Slice[..., 3], (Ellipsis, 3))
+
+  @parameterized.named_parameters(
+      ('spatial_slices', stax.Slice[:, 1:4, ::2]),
+      ('spatial_int', stax.Slice[:, 2]),
+      ('negative_int_ellipsis', stax.Slice[..., -1, :]),
+      ('batch_slice', stax.Slice[1:]),
+      ('everything', stax.Slice[::-1, 3:0:-1, 1::2, :]),
+  )
+  def test_kernel_is_output_covariance(self, idx):
+    x1, x2 = _inputs()
+    self.assertKernelIsOutputCovariance(stax.Index(idx), x1, x2)
+
+  def test_channel_slice_after_dense(self):
+    x1, x2 = _inputs()
+    _, _, kernel_fn = stax.serial(stax.Dense(8, b_std=0.1), stax.Relu())
+    _, _, kernel_fn_idx = stax.serial(stax.Dense(8, b_std=0.1), stax.Relu(),
+                                      stax.Index(stax.Slice[..., 2:5]))
+    k, k_idx = kernel_fn(x1, x2), kernel_fn_idx(x1, x2)
+    self.assertAllClose(k_idx.nngp, k.nngp)
+    self.assertAllClose(k_idx.ntk, k.ntk)
+    self.assertEqual(k_idx.shape1, (2, 5, 4, 3))
+
+  def test_matches_monte_carlo(self):
+    x1, x2 = _inputs(spatial=(5,), n1=3, n2=2)
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(512, W_std=1.5, b_std=0.2), stax.Relu(),
+        stax.Index(stax.Slice[:, ::2, 100:]), stax.Dense(256, W_std=1.2))
+    nngp_err, ntk_err = test_utils.monte_carlo_errors(
+        init_fn, apply_fn, kernel_fn, x1, x2, n_nngp=128, n_ntk=24,
+        batch_size=8)
+    self.assertLess(nngp_err, _MC_TOL)
+    self.assertLess(ntk_err, _MC_TOL)
+
+  def test_masked(self):
+    x1, _ = _inputs()
+    mask = jnp.zeros((2, 5, 4, 1), bool).at[0, 1:3].set(True)
+    idx = stax.Slice[:, 1:, ::2]
+    _, apply_fn, kernel_fn = stax.serial(stax.Dense(4, b_std=0.5),
+                                         stax.Index(idx))
+    params = stax.serial(stax.Dense(4, b_std=0.5), stax.Index(idx))[0](
+        jax.random.PRNGKey(0), x1.shape)[1]
+    masked = stax.MaskedArray(x1, mask)
+    out = apply_fn(params, masked)
+    self.assertEqual(out.mask.shape, (2, 4, 2, 1))
+    np.testing.assert_array_equal(out.mask, mask[:, 1:, ::2])
+    k = kernel_fn(masked, None)
+    self.assertEqual(k.mask1.shape, (2, 4, 2, 1))
+    _, _, kernel_fn_dense = stax.Dense(4, b_std=0.5)
+    k_dense = kernel_fn_dense(masked, None)
+    self.assertAllClose(k.nngp, k_dense.nngp[:, :, 1:, 1:, ::2, ::2])
+    self.assertAllClose(k.nngp[0, :, :2], jnp.zeros_like(k.nngp[0, :, :2]))
+
+  def test_errors(self):
+    x1, x2 = _inputs()
+    with self.assertRaisesRegex(ValueError, r'`idx`.*batch axis.*slice'):
+      stax.Index(stax.Slice[0])[2](x1, x2)
+    with self.assertRaisesRegex(ValueError, r'`idx`.*channel axis.*slice'):
+      stax.Index(stax.Slice[..., 0])[1]((), x1)
+    with self.assertRaisesRegex(ValueError, 'raw inputs.*before'):
+      stax.Index(stax.Slice[..., :2])[2](x1, x2)
+    with self.assertRaisesRegex(TypeError, '`idx`.*Slice'):
+      stax.Index(stax.Slice[:, None])
+    with self.assertRaisesRegex(ValueError, '`idx`.*rank'):
+      stax.Index(stax.Slice[:, :, :, :, :])[2](x1, x2)
+
+  def test_shapes(self):
+    init_fn, apply_fn, _ = stax.Index(stax.Slice[:, 1, ::2])
+    out_shape, params = init_fn(None, (-1, 5, 4, 3))
+    self.assertEqual(out_shape, (-1, 2, 3))
+    x1, _ = _inputs()
+    self.assertEqual(apply_fn(params, x1).shape, (2, 2, 3))
+
+
+class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
+
+  @parameterized.named_parameters(
+      # Inputs (N, 5, 4, C).
+      ('lhs_contract_first', dict(
+          lhs=(6, 5), dimension_numbers=(((1,), (1,)), ((), ())))),
+      ('rhs_contract_second', dict(
+          rhs=(4, 7), dimension_numbers=(((2,), (0,)), ((), ())))),
+      ('rhs_contract_both', dict(
+          rhs=(5, 4, 2, 3), dimension_numbers=(((1, 2), (0, 1)), ((), ())))),
+      ('rhs_batch_spatial', dict(
+          rhs=(4, 5, 2), dimension_numbers=(((1,), (1,)), ((2,), (0,))))),
+      ('outer', dict(rhs=(2,), dimension_numbers=(((), ()), ((), ())))),
+  )
+  def test_kernel_is_output_covariance(self, kwargs):
+    kwargs = dict(kwargs)
+    for name in ('lhs', 'rhs'):
+      if name in kwargs:
+        kwargs[name] = jax.random.normal(jax.random.PRNGKey(7), kwargs[name])
+    x1, x2 = _inputs()
+    self.assertKernelIsOutputCovariance(stax.DotGeneral(**kwargs), x1, x2)
+
+  def test_matches_monte_carlo(self):
+    x1, x2 = _inputs(spatial=(5,), n1=3, n2=2)
+    mix = jax.random.normal(jax.random.PRNGKey(7), (5, 3)) / 2
+    # (N, 5, C) . (5, 3) -> (N, C, 3): channels move to axis 1.
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(512, W_std=1.5, b_std=0.2), stax.Relu(),
+        stax.DotGeneral(rhs=mix, dimension_numbers=(((1,), (0,)), ((), ()))),
+        stax.Dense(256, W_std=1.2, channel_axis=1))
+    nngp_err, ntk_err = test_utils.monte_carlo_errors(
+        init_fn, _channels_last(apply_fn, 1), kernel_fn, x1, x2, n_nngp=128,
+        n_ntk=24, batch_size=8)
+    self.assertLess(nngp_err, _MC_TOL)
+    self.assertLess(ntk_err, _MC_TOL)
+
+  def test_no_constant_is_identity(self):
+    x1, x2 = _inputs()
+    k = stax.DotGeneral()[2](x1, x2)
+    k_id = stax.Identity()[2](x1, x2)
+    self.assertAllClose(k.nngp, k_id.nngp)
+    self.assertAllClose(stax.DotGeneral()[1]((), x1), x1)
+
+  def test_errors(self):
+    x1, x2 = _inputs()
+    with self.assertRaisesRegex(ValueError, 'not both'):
+      stax.DotGeneral(lhs=jnp.ones((2, 5)), rhs=jnp.ones((5, 2)))
+    _, apply_fn, kernel_fn = stax.DotGeneral(
+        rhs=jnp.ones((3, 2)), dimension_numbers=(((3,), (0,)), ((), ())))
+    self.assertEqual(apply_fn((), x1).shape, (2, 5, 4, 2))
+    with self.assertRaisesRegex(ValueError,
+                                r'`dimension_numbers`.*channel axis 3.*Dense'):
+      kernel_fn(x1, x2)
+    _, _, kernel_fn = stax.DotGeneral(
+        lhs=jnp.ones((2,)), dimension_numbers=(((0,), (0,)), ((), ())))
+    with self.assertRaisesRegex(ValueError, r'`dimension_numbers`.*batch axis'):
+      kernel_fn(x1, x2[:2])
+
+  def test_shapes(self):
+    init_fn, apply_fn, _ = stax.DotGeneral(
+        lhs=jnp.ones((6, 5)), dimension_numbers=(((1,), (1,)), ((), ())))
+    out_shape, params = init_fn(None, (-1, 5, 4, 3))
+    self.assertEqual(out_shape, (6, -1, 4, 3))
+    x1, _ = _inputs()
+    self.assertEqual(apply_fn(params, x1).shape, (6, 2, 4, 3))
+
+
+if __name__ == '__main__':
+  absltest.main()
