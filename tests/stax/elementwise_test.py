@@ -37,26 +37,26 @@ _SQRT6 = np.sqrt(6)
 CASES = {
     'relu': (lambda: stax.Relu(), lambda x: np.maximum(x, 0), 1.0, 48),
     'abrelu': (lambda: stax.ABRelu(-0.4, 1.5),
-               lambda x: np.where(x > 0, 1.5 * x, -0.4 * x), 1.0, 48),
+               lambda x: np.where(x > 0, 1.5 * x, -0.4 * x), 1.0, 32),
     'leaky_relu': (lambda: stax.LeakyRelu(0.1),
                    lambda x: np.where(x > 0, x, 0.1 * x), 1.0, None),
     'abs': (lambda: stax.Abs(), np.abs, 1.0, None),
     'erf': (lambda: stax.Erf(a=1.2, b=0.8, c=0.3),
-            lambda x: 1.2 * special.erf(0.8 * x) + 0.3, 1.0, 48),
+            lambda x: 1.2 * special.erf(0.8 * x) + 0.3, 1.0, 32),
     'gelu': (lambda: stax.Gelu(),
              lambda x: x * 0.5 * (1 + special.erf(x / np.sqrt(2))), 1.0, 48),
     'gelu_tanh': (lambda: stax.Gelu(approximate=True), _gelu_tanh, 1.0, None),
     'sign': (lambda: stax.Sign(), np.sign, 1.0, 128),
     'sin': (lambda: stax.Sin(a=1.2, b=0.8, c=0.3),
-            lambda x: 1.2 * np.sin(0.8 * x + 0.3), 1.0, 48),
+            lambda x: 1.2 * np.sin(0.8 * x + 0.3), 1.0, 32),
     'cos': (lambda: stax.Cos(a=0.9, b=1.1, c=0.2),
             lambda x: 0.9 * np.cos(1.1 * x + 0.2), 1.0, None),
     'rbf': (lambda: stax.Rbf(gamma=0.5),
             lambda x: np.sqrt(2) * np.sin(x + np.pi / 4), 1.0, None),
     'exp': (lambda: stax.Exp(a=0.8, b=0.5),
-            lambda x: 0.8 * np.exp(0.5 * x), 1.0, 64),
+            lambda x: 0.8 * np.exp(0.5 * x), 1.0, 32),
     'gaussian': (lambda: stax.Gaussian(a=1.3, b=-0.6),
-                 lambda x: 1.3 * np.exp(-0.6 * x**2), 1.0, 48),
+                 lambda x: 1.3 * np.exp(-0.6 * x**2), 1.0, 32),
     'monomial': (lambda: stax.Monomial(2), lambda x: x**2, 0.7, None),
     'rectified_monomial': (lambda: stax.RectifiedMonomial(2),
                            lambda x: np.maximum(x, 0)**2, 1.0, 64),
@@ -68,9 +68,9 @@ CASES = {
                      lambda x: 0.5 * special.erf(x / 2.4020563531719796) + 0.5,
                      1.0, None),
     'gabor': (lambda: stax.Gabor(), lambda x: np.exp(-x**2) * np.sin(x), 1.0,
-              48),
+              32),
     'elementwise_numerical_tanh': (
-        lambda: stax.ElementwiseNumerical(jnp.tanh, deg=30), np.tanh, 1.0, 48),
+        lambda: stax.ElementwiseNumerical(jnp.tanh, deg=30), np.tanh, 1.0, 32),
     'exp_normalized': (lambda: stax.ExpNormalized(gamma=0.7, shift=-0.5),
                        None, 1.0, None),
 }
@@ -205,18 +205,6 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
     k = kernel_fn(*_inputs(), ('nngp', 'ntk'))
     self.assertGreater(max(_rel_err(mc_nngp, k.nngp), _rel_err(mc_ntk, k.ntk)),
                        _MC_TOL_DEEP.get(name, _MC_TOL))
-
-  def test_spatial_kernel_matches_monte_carlo(self):
-    init_fn, apply_fn, kernel_fn = stax.serial(
-        stax.Dense(1024, b_std=0.3), stax.Gelu(), stax.Dense(512, b_std=0.3))
-    with jax.enable_x64(False):
-      x1, x2 = _inputs(shape1=(2, 3, 2), shape2=(1, 3, 2))
-      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
-      nngp, ntk = test_utils.monte_carlo_kernels(
-          init_fn, apply_fn, x1, x2, 32, jax.random.PRNGKey(3), batch_size=16)
-    self.assertEqual(k.nngp.shape, (2, 1, 3, 3))
-    self.assertLess(_rel_err(nngp, k.nngp), _MC_TOL)
-    self.assertLess(_rel_err(ntk, k.ntk), _MC_TOL)
 
 
 class ApplyTest(test_utils.NeuralTangentsTestCase):

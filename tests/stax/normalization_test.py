@@ -38,10 +38,9 @@ class LayerNormTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
       ('fc_channels', (3, 4), (2, 4), -1, stax.Relu),
-      ('sequence_channels', (2, 3, 2), (1, 3, 2), -1, stax.Gelu),
       ('sequence_positions_and_channels', (2, 3, 2), (1, 3, 2), (1, 2),
-       stax.Relu),
-      ('image_one_spatial_axis', (1, 2, 3, 2), (1, 2, 3, 2), (-2, -1),
+       stax.Gelu),
+      ('image_one_spatial_axis', (1, 2, 2, 2), (1, 2, 2, 2), (-2, -1),
        stax.Erf),
   )
   def test_kernel_matches_monte_carlo(self, shape1, shape2, axis, nonlin):
