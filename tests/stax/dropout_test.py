@@ -22,11 +22,6 @@ def _inputs(shape1, shape2, dtype=np.float32):
   return jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)
 
 
-def _rel_err(a, b):
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
 class DropoutTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
@@ -53,9 +48,10 @@ class DropoutTest(test_utils.NeuralTangentsTestCase):
           apply_kwargs=lambda key: {'rng': key})
       # The same network without dropout has a visibly different kernel.
       k_test = network('test')[2](x, None, ('nngp', 'ntk'))
-    self.assertLess(_rel_err(nngp, k.nngp), _MC_TOL)
-    self.assertLess(_rel_err(ntk, k.ntk), _MC_TOL)
-    self.assertGreater(_rel_err(nngp, k_test.nngp), 2 * _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertGreater(test_utils.relative_error(nngp, k_test.nngp),
+                       2 * _MC_TOL)
 
   def test_kernel_rescales_only_self_pairs(self):
     def self_pairs(n, batch_pair):
