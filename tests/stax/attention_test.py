@@ -11,6 +11,8 @@ from neural_tangents._src.stax import attention
 import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
+# NTK estimates use fewer samples (Jacobians are costly), so are noisier.
+_NTK_MC_TOL = 0.07
 _WIDTH = 512
 
 
@@ -102,7 +104,7 @@ class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
     if n_ntk:
       _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2,
                                               n_ntk, key, batch_size=8)
-      self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+      self.assertLess(test_utils.relative_error(ntk, k.ntk), _NTK_MC_TOL)
       self.assertGreater(test_utils.relative_error(ntk, wrong.ntk),
                          2 * _MC_TOL)
 
