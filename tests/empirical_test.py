@@ -209,12 +209,13 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
 
   def _check(self, f, params, x1, x2, implementation, vmap_axes,
              trace_axes=(-1,), diagonal_axes=(), batch_axes=0, jit=False,
-             **kwargs):
+             both=True, **kwargs):
+    """Compares with the reference, for `x2=None` (if `both`) and `x2`."""
     ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
                                  implementation)
     if jit:
       ntk_fn = jax.jit(ntk_fn)
-    for second in (None, x2):
+    for second in (None, x2) if both else (x2,):
       expected = explicit_ntk(f, params, x1, second, trace_axes,
                               diagonal_axes, batch_axes, kwargs)
       actual = ntk_fn(x1, second, params, **kwargs)
@@ -256,7 +257,8 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
     x1, x2 = _normal(1, (3, 3, 3, 2)), _normal(2, (2, 3, 3, 2))
     model = Net()
     variables = model.init(jax.random.PRNGKey(0), x1)
-    # Under jit: a deep network compiles faster whole than op by op.
+    # Under jit: a deep network compiles faster whole than op by op. (`x2`
+    # given only: `x2=None` is checked on every other network.)
     self._check(model.apply, variables, x1, x2, implementation, vmap_axes,
                 jit=True)
 
@@ -378,22 +380,32 @@ class StructuredDerivativesRulesTest(test_utils.NeuralTangentsTestCase):
               x.shape[0], -1) + jnp.where(x[:, :1] > 0, p['b'], -p['b']),
   }
 
+  @staticmethod
+  def _scan(p, x):
+    # Steps read slices of a stacked parameter, and share another one.
+    step = lambda c, s: (jnp.tanh(c @ s + c @ p['w']), c.sum(-1))
+    c, ys = lax.scan(step, x, p['s'], reverse=True)
+    return c @ p['o'] + ys.T @ jnp.ones((2, 2))
+
+  _FUNCTIONS['scan'] = _scan
+
   @_named(name={n: n for n in _FUNCTIONS},
           implementation={'auto': 0, 'structured_derivatives': 3},
           vmap_axes=_VMAP_NONE_ZERO)
   def test_equals_explicit(self, name, implementation, vmap_axes):
     params = {'w': _normal(1, (3, 3)), 'o': _normal(2, (3, 2)),
-              'k': _normal(3, (2, 1, 1, 6)), 'b': _normal(4, (18,))}
+              'k': _normal(3, (2, 1, 1, 6)), 'b': _normal(4, (18,)),
+              's': _normal(7, (2, 3, 3))}
     x1, x2 = _normal(5, (4, 3)), _normal(6, (3, 3))
     f = self._FUNCTIONS[name]
-    for trace_axes in ((), (-1,)):
-      ntk_fn = nt.empirical_ntk_fn(f, trace_axes, (), vmap_axes,
-                                   implementation)
-      for second in (None, x2):
-        expected = explicit_ntk(f, params, x1, second, trace_axes,
-                                cache_key=name)
-        self.assertAllClose(ntk_fn(x1, second, params), expected, rtol=_TOL,
-                            atol=_TOL)
+    # Untraced per example, traced on the whole batch: both kinds of letters.
+    trace_axes = () if vmap_axes == 0 else (-1,)
+    ntk_fn = nt.empirical_ntk_fn(f, trace_axes, (), vmap_axes, implementation)
+    for second in (None, x2):
+      expected = explicit_ntk(f, params, x1, second, trace_axes,
+                              cache_key=name)
+      self.assertAllClose(ntk_fn(x1, second, params), expected, rtol=_TOL,
+                          atol=_TOL)
 
 
 @jax.jit
@@ -430,6 +442,15 @@ class OtherKernelsTest(test_utils.NeuralTangentsTestCase):
     only = kernel_fn(x1, x2, ('ntk',), params)
     self.assertEqual(only._fields, ('ntk',))
     self.assertAllClose(only.ntk, ntk, rtol=_TOL)
+    # One result type per `get`, shared with stax: results are the same
+    # pytree structure and can be combined, e.g. averaged over ensembles.
+    again = kernel_fn(x2, x2, None, params)
+    self.assertIs(type(again), type(both))
+    _, _, stax_kernel_fn = stax.serial(stax.Dense(1))
+    self.assertIs(type(stax_kernel_fn(x1, x2, ('nngp', 'ntk'))), type(both))
+    total = jax.tree_util.tree_map(jnp.add, again,
+                                   kernel_fn(x2, x2, None, params))
+    self.assertAllClose(total.ntk, 2 * again.ntk, rtol=_TOL)
 
   def test_ntk_vp_equals_full_ntk_times_vector(self):
     params = mlp_params()

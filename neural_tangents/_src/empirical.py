@@ -27,7 +27,6 @@ Keyword arguments of `f` (e.g. `rng`) are passed to both calls, `f(x1)` and
 value_for_x2)` as a tuple. (A tuple of exactly two elements is always read
 as such a pair.)
 """
-import collections
 import dataclasses
 import enum
 import functools
@@ -43,6 +42,7 @@ from neural_tangents._src import empirical_layout as layout_lib
 from neural_tangents._src import empirical_program as prog
 from neural_tangents._src import empirical_separability as sep
 from neural_tangents._src import structured_derivatives as sd
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Array, Axes, PyTree
 
 ApplyFn = Callable[..., PyTree]
@@ -202,11 +202,13 @@ class _Side:
     """The function of one call: one example's, or the whole batch's."""
     return self.single_fn if per_example else self.fn
 
-  def over_examples(self, fn: Callable, per_example: bool) -> Callable:
+  def over_examples(self, fn: Callable, per_example: bool,
+                    out_axes: Any = 0) -> Callable:
     """`fn(params, data)` of one example -> of all examples (at axis 0)."""
     if not per_example:
       return fn
-    return jax.vmap(fn, in_axes=(None, list(self.data_axes)))
+    return jax.vmap(fn, in_axes=(None, list(self.data_axes)),
+                    out_axes=out_axes)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -220,6 +222,8 @@ class _Problem:
     layouts: the kernel layout of each output leaf.
     result_shapes: the kernel shape of each output leaf.
     out_treedef: the structure of `f`'s output.
+    same_calls: whether both sides call `f` with the same non-array keyword
+      arguments, so that inputs of equal shapes trace to the same program.
   """
   sides: tuple[_Side, _Side]
   symmetric: bool
@@ -227,6 +231,7 @@ class _Problem:
   layouts: tuple[layout_lib.KernelLayout, ...]
   result_shapes: tuple[tuple[int, ...], ...]
   out_treedef: Any
+  same_calls: bool
 
 
 def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
@@ -249,9 +254,16 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
   other_params = [l for l, d in zip(p_leaves, diff) if not d]
   per_example = vmap_axes is not None
 
-  sides, datas, out_trees = [], [], []
+  sides, datas, out_trees, statics = [], [], [], []
   for x, kw in ((x1, kw1), (x2, kw2)):
+    if symmetric and sides:  # x2 is x1: the same side twice.
+      sides.append(sides[0])
+      datas.append(datas[0])
+      out_trees.append(out_trees[0])
+      statics.append(statics[0])
+      continue
     dynamic, static = _dynamic_kwargs(kw)
+    statics.append(static)
     x_leaves, x_treedef = tree_util.tree_flatten(x)
     kw_leaves, kw_treedef = tree_util.tree_flatten(dynamic)
     n_x, n_kw = len(x_leaves), len(kw_leaves)
@@ -298,9 +310,11 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
     layouts.append(layout)
     result_shapes.append(_result_shape(layout, s1, s2, side1.n, side2.n,
                                        per_example))
+  same_calls = statics[0].keys() == statics[1].keys() and all(
+      statics[0][k] is statics[1][k] for k in statics[0])
   problem = _Problem((side1, side2), symmetric, per_example, tuple(layouts),
                      tuple(result_shapes),
-                     tree_util.tree_structure(out_trees[0]))
+                     tree_util.tree_structure(out_trees[0]), same_calls)
   return problem, param_leaves, datas[0], datas[1]
 
 
@@ -599,7 +613,7 @@ def _structured_plan(problem: _Problem, params: list, data1: list,
   programs, avals = [], []
   for side, data in zip(problem.sides, (data1, data2)):
     a = _example_avals(data, side.data_axes if per_example else None)
-    same = avals and _same_avals(a, avals[0])
+    same = avals and problem.same_calls and _same_avals(a, avals[0])
     programs.append(programs[0] if same or (problem.symmetric and programs)
                     else prog.trace_program(side.call(per_example), p_avals, a))
     avals.append(a)
@@ -614,7 +628,9 @@ def _structured_plan(problem: _Problem, params: list, data1: list,
 
 
 def _same_avals(a: Sequence[Any], b: Sequence[Any]) -> bool:
-  return all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(a, b))
+  return len(a) == len(b) and all(
+      tuple(x.shape) == tuple(y.shape) and x.dtype == y.dtype
+      for x, y in zip(a, b))
 
 
 def _separable_axes(program: prog.Program, n_params: int, n_x: int) -> dict:
@@ -639,6 +655,8 @@ def _batch_axes_or_unsupported(program: prog.Program,
 def _structured_kernels(problem: _Problem, plan: sd.Plan, mode: sd.Mode,
                         params: list, data1: list, data2: list) -> list[Array]:
   per_example = mode == sd.Mode.EXAMPLE
+  # The two sides are independent computations, which XLA runs concurrently
+  # (one pass over both sides' examples at once would serialize them).
   values = []
   for i, (side, data) in enumerate(zip(problem.sides, (data1, data2))):
     if i == 1 and problem.symmetric:
@@ -648,7 +666,8 @@ def _structured_kernels(problem: _Problem, plan: sd.Plan, mode: sd.Mode,
     if mode == sd.Mode.SEPARABLE:
       row_ndims = [n - 1 for n in row_ndims]
     fn = functools.partial(_side_values, plan, i, row_ndims)
-    values.append(side.over_examples(fn, per_example)(params, data))
+    values.append(side.over_examples(fn, per_example,
+                                     sd.value_axes(plan, i))(params, data))
   out_shapes = problem.sides[0].out_shapes
   layouts = problem.layouts
   if mode == sd.Mode.SEPARABLE:
@@ -717,8 +736,8 @@ def _estimated_cost(fn: Callable, problem: _Problem, params: list,
           _FLOPS_PER_BYTE * float(cost.get('bytes accessed', 0.)))
 
 
-def _auto(problem: _Problem, params: list, data1: list, data2: list,
-          choices: dict) -> Callable:
+def _auto(problems: Sequence[_Problem], params: list, data1: list,
+          data2: list, choices: dict) -> tuple[_Problem, Callable]:
   """The cheapest implementation at these shapes (cached per shapes).
 
   Each candidate (Jacobian contraction, NTK-vector products, structured
@@ -729,24 +748,38 @@ def _auto(problem: _Problem, params: list, data1: list, data2: list,
   derivatives (whose FLOPs are large matrix products); the lowest wins. If no
   candidate can be lowered (e.g. `f` closes over traced values), structured
   derivatives are used.
+
+  `problems` are equivalent formulations of the same kernel (with
+  `vmap_axes=0`, also the one without `vmap_axes`); the candidates of all of
+  them compete, so giving `vmap_axes` never makes AUTO's choice worse.
   """
+  first = problems[0]
   key = (tree_util.tree_structure((params, data1, data2)),
          tuple((np.shape(x), str(jnp.result_type(x)))
                for x in tree_util.tree_leaves((params, data1, data2))),
-         problem.symmetric, problem.layouts, problem.per_example)
+         first.symmetric, first.layouts, first.per_example, len(problems))
   if key not in choices:
-    candidates = _candidates(problem, params, data1, data2)
-    costs = {}
-    for name, fn in candidates.items():
-      try:
-        costs[name] = _estimated_cost(fn, problem, params, data1, data2)
-      except Exception:  # pylint: disable=broad-except
-        continue  # e.g. f closes over tracers; such a candidate is skipped.
-      if name.startswith('structured'):
-        costs[name] /= _STRUCTURED_SPEEDUP
-    best = min(costs, key=costs.get) if costs else None
-    choices[key] = candidates.get(best, _structured)
-  return choices[key]
+    best, best_cost = (0, _structured), math.inf
+    for i, problem in enumerate(problems):
+      candidates = _candidates(problem, params, data1, data2)
+      for name, fn in candidates.items():
+        try:
+          cost = _estimated_cost(fn, problem, params, data1, data2)
+        except Exception:  # pylint: disable=broad-except
+          continue  # e.g. f closes over tracers; such a candidate is skipped.
+        if name.startswith('structured'):
+          cost /= _STRUCTURED_SPEEDUP
+        if cost < best_cost:
+          best, best_cost = (i, fn), cost
+    choices[key] = best
+  i, fn = choices[key]
+  return problems[i], fn
+
+
+def _is_axis_zero(vmap_axes: VMapAxes) -> bool:
+  """Whether `vmap_axes` is the int 0: batch axis 0 everywhere."""
+  return (isinstance(vmap_axes, (int, np.integer)) and
+          not isinstance(vmap_axes, bool) and vmap_axes == 0)
 
 
 def _check_vmap_axes(vmap_axes: VMapAxes) -> None:
@@ -821,7 +854,11 @@ def empirical_ntk_fn(
     problem, p, d1, d2 = _setup(f, x1, x2, params, apply_fn_kwargs,
                                 trace_axes, diagonal_axes, vmap_axes)
     if implementation == NtkImplementation.AUTO:
-      fn = _auto(problem, p, d1, d2, choices)
+      problems = [problem]
+      if _is_axis_zero(vmap_axes):  # The same kernel, without vmap_axes.
+        problems.append(_setup(f, x1, x2, params, apply_fn_kwargs, trace_axes,
+                               diagonal_axes, None)[0])
+      problem, fn = _auto(problems, p, d1, d2, choices)
     else:
       fn = _IMPLEMENTATIONS[implementation]
     kernels = fn(problem, p, d1, d2)
@@ -915,7 +952,7 @@ def empirical_kernel_fn(
     values = [kernel_fns[n](x1, x2, params, **apply_fn_kwargs) for n in names]
     if single:
       return values[0]
-    return collections.namedtuple('Kernel', names)(*values)
+    return utils.get_namedtuple(tuple(names))(*values)
 
   return kernel_fn
 

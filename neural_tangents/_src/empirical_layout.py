@@ -17,7 +17,7 @@ order of the result's axes and the normalization of traced axes.
 import dataclasses
 import functools
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from jax import lax
 import jax.numpy as jnp
@@ -211,9 +211,9 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
   for a, l in zip(arrays, letters):
     if a.ndim != len(l):
       raise ValueError(f'An operand of shape {a.shape} has letters {l}.')
-  path = _contraction_path(tuple(tuple(l) for l in letters),
-                           tuple(tuple(a.shape) for a in arrays),
-                           tuple(result))
+  path, _ = _contraction_path(tuple(tuple(l) for l in letters),
+                              tuple(tuple(a.shape) for a in arrays),
+                              tuple(result))
   for pair in path:
     picked = [(arrays[i], letters[i]) for i in pair]
     for i in sorted(pair, reverse=True):
@@ -232,22 +232,36 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
   return jnp.transpose(a, [la.index(l) for l in result])
 
 
+def einsum_cost(*operands_and_letters, result: Sequence[int]) -> float:
+  """FLOPs of `einsum(*operands_and_letters, result=result)`'s best order.
+
+  Example:
+    >>> einsum_cost((jnp.ones((2, 3)), [0, 1]), (jnp.ones((4, 3)), [2, 1]),
+    ...             result=[0, 2])
+    48.0
+  """
+  letters = tuple(tuple(l) for _, l in operands_and_letters)
+  shapes = tuple(tuple(a.shape) for a, _ in operands_and_letters)
+  return _contraction_path(letters, shapes, tuple(result))[1]
+
+
 @functools.lru_cache(maxsize=4096)
 def _contraction_path(letters: tuple, shapes: tuple,
-                      result: tuple) -> list[tuple[int, ...]]:
+                      result: tuple) -> tuple[list[tuple[int, ...]], float]:
+  """opt_einsum's contraction order, and its FLOPs."""
   if len(letters) == 1:
-    return [(0,)]
+    return [(0,)], float(math.prod(shapes[0]))
   symbols = {l: opt_einsum.get_symbol(i)
              for i, l in enumerate(sorted(set(result).union(*letters)))}
   spec = (','.join(''.join(symbols[l] for l in ls) for ls in letters) + '->' +
           ''.join(symbols[l] for l in result))
   # 'optimal' searches all pairwise orders, cheap for a handful of operands,
   # and picks e.g. `(x1 x2^T) * (g1 g2^T)` over forming a Jacobian when
-  # that is fewer FLOPs.
-  optimize = 'optimal' if len(letters) <= 5 else 'greedy'
-  path, _ = opt_einsum.contract_path(spec, *shapes, shapes=True,
-                                     optimize=optimize)
-  return [tuple(p) for p in path]
+  # that is fewer FLOPs; dynamic programming scales to more operands.
+  optimize = 'optimal' if len(letters) <= 5 else 'dp'
+  path, info = opt_einsum.contract_path(spec, *shapes, shapes=True,
+                                        optimize=optimize)
+  return [tuple(p) for p in path], float(info.opt_cost)
 
 
 def _sum_out(a: Array, letters: list[int],
@@ -266,10 +280,10 @@ def _contract_pair(a: Array, la: list[int], b: Array, lb: list[int],
 
   Letters in both are batch dimensions if still needed (`keep`), else
   contracted; letters in one only are summed out first unless needed. The
-  operands are transposed and reshaped to `(batch, M, K) @ (batch, K, N)`
-  first: XLA's CPU backend runs this canonical form as a fast GEMM, but may
-  fall back to a slow loop for a batched product of many-dimensional,
-  interleaved operands.
+  operands are reshaped to `(batch, M, K)` or `(batch, K, M)` matrices
+  (whichever needs no transpose, if either): XLA's CPU backend runs these
+  canonical forms as fast GEMMs, but may fall back to a slow loop for a
+  batched product of many-dimensional, interleaved operands.
   """
   a, la = _sum_out(a, la, keep | set(lb))
   b, lb = _sum_out(b, lb, keep | set(la))
@@ -280,10 +294,26 @@ def _contract_pair(a: Array, la: list[int], b: Array, lb: list[int],
   free_b = [l for l in lb if l not in shared]
   size = dict(zip(la, a.shape)) | dict(zip(lb, b.shape))
   prod = lambda ls: math.prod(size[l] for l in ls)
-  a = jnp.transpose(a, [la.index(l) for l in batch + free_a + contract])
-  b = jnp.transpose(b, [lb.index(l) for l in batch + contract + free_b])
-  a = a.reshape(prod(batch), prod(free_a), prod(contract))
-  b = b.reshape(prod(batch), prod(contract), prod(free_b))
-  out = lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,))))
+  a, a_contract_last = _as_matrices(a, la, batch, free_a, contract, prod)
+  b, b_contract_last = _as_matrices(b, lb, batch, free_b, contract, prod)
+  dims = (((2 if a_contract_last else 1,), (2 if b_contract_last else 1,)),
+          ((0,), (0,)))
+  out = lax.dot_general(a, b, dims)
   out = out.reshape([size[l] for l in batch + free_a + free_b])
   return out, batch + free_a + free_b
+
+
+def _as_matrices(x: Array, letters: list[int], batch: list[int],
+                 free: list[int], contract: list[int],
+                 prod: Callable) -> tuple[Array, bool]:
+  """`x` as `(batch, free, contract)` or `(batch, contract, free)` matrices.
+
+  Returns the reshaped array and whether the contracted dimension is last.
+  """
+  contract_last = letters != batch + contract + free
+  order = batch + free + contract if contract_last else letters
+  if order != letters:
+    x = jnp.transpose(x, [letters.index(l) for l in order])
+  shape = ((prod(batch), prod(free), prod(contract)) if contract_last else
+           (prod(batch), prod(contract), prod(free)))
+  return x.reshape(shape), contract_last

@@ -8,6 +8,9 @@ seen where it is used. Primitives with their own derivative rules
 (`custom_jvp_call`, `custom_vjp_call`) stay whole, so that evaluating the
 program differentiates exactly as `f` does.
 
+A `scan` of a few steps (e.g. `stax.repeat`) is unrolled, so that each step's
+use of its slice of the stacked parameters is seen like a layer's.
+
 Only public JAX APIs are used: `jax.make_jaxpr`, the `jax.extend.core` types
 and `Primitive.bind`.
 """
@@ -15,12 +18,17 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
+from jax import lax
 from jax.extend import core as jex_core
+import jax.numpy as jnp
 import numpy as np
 
 # Primitives that only call a sub-jaxpr; their derivative is the sub-jaxpr's.
 INLINED_CALLS = frozenset({'jit', 'pjit', 'closed_call', 'core_call',
                            'checkpoint', 'remat', 'remat2'})
+
+# Longest `scan` unrolled: longer loops stay whole (a generic equation).
+MAX_UNROLLED_SCAN = 32
 
 
 class Var:
@@ -162,6 +170,9 @@ def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
             else None)
     if body is not None and len(body[0].invars) == len(ins):
       outs = inline_jaxpr(body[0], body[1], ins, eqns)
+    elif (eqn.primitive.name == 'scan' and
+          0 < eqn.params['length'] <= MAX_UNROLLED_SCAN):
+      outs = _unroll_scan(eqn.params, ins, eqns)
     else:
       outs = [Var(v.aval) for v in eqn.outvars]
       eqns.append(Eqn(eqn.primitive, tuple(ins), tuple(outs),
@@ -170,6 +181,39 @@ def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
       if not isinstance(v, jex_core.DropVar):
         env[v] = o
   return [read(a) for a in jaxpr.outvars]
+
+
+def _unroll_scan(params: dict[str, Any], ins: Sequence[Atom],
+                 eqns: list[Eqn]) -> list[Atom]:
+  """Appends a `scan`'s steps, one inlined body per step; returns its outputs.
+
+  `scan` carries `carry` through `length` steps, each reading slice `t` of
+  the stacked inputs `xs` and writing slice `t` of the stacked outputs.
+  """
+  n_consts, n_carry = params['num_consts'], params['num_carry']
+  length, body = params['length'], params['jaxpr']
+  consts = list(ins[:n_consts])
+  carry = list(ins[n_consts:n_consts + n_carry])
+  xs = ins[n_consts + n_carry:]
+  steps = range(length)
+  ys: dict[int, list[Atom]] = {}
+  for t in (reversed(steps) if params['reverse'] else steps):
+    x_t = [_traced(lambda a, t=t: lax.index_in_dim(a, t, keepdims=False),
+                   [x], eqns) for x in xs]
+    outs = inline_jaxpr(body.jaxpr, body.consts, consts + carry + x_t, eqns)
+    carry, ys[t] = outs[:n_carry], outs[n_carry:]
+  stacked = [_traced(lambda *a: jnp.stack(a), [ys[t][k] for t in steps], eqns)
+             for k in range(len(body.jaxpr.outvars) - n_carry)]
+  return carry + stacked
+
+
+def _traced(fn: Callable[..., Any], atoms: Sequence[Atom],
+            eqns: list[Eqn]) -> Atom:
+  """Appends the equations of `fn(*atoms)` (one output) to `eqns`."""
+  avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in atoms]
+  closed = jax.make_jaxpr(fn)(*avals)
+  out, = inline_jaxpr(closed.jaxpr, closed.consts, atoms, eqns)
+  return out
 
 
 def bind(eqn: Eqn, values: Sequence[Any]) -> list[Any]:

@@ -20,7 +20,7 @@ from neural_tangents._src import empirical_program as prog
 
 BatchAxis = Optional[int]
 
-_ELEMENTWISE = frozenset("""
+ELEMENTWISE = frozenset("""
     abs acos acosh add add_any and asin asinh atan atan2 atanh bessel_i0e
     bessel_i1e cbrt ceil clamp clz complex conj convert_element_type copy
     copy_p cos cosh digamma div eq erf erf_inv erfc exp exp2 expm1 floor ge gt
@@ -101,7 +101,7 @@ def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
   name, p = eqn.name, eqn.params
   ins = eqn.inputs
   batched = [(i, a) for i, a in enumerate(in_axes) if a is not None]
-  if name in _ELEMENTWISE:
+  if name in ELEMENTWISE:
     return [_elementwise(eqn, batched)]
   if name == 'broadcast_in_dim' and len(ins) == 1:
     (_, a), = batched
@@ -151,6 +151,9 @@ def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
     a = _common_axis(batched)
     _require(p['dimension'] != a)
     return [a]
+  if name == 'stack':
+    a = _common_axis(batched)
+    return [a + 1 if p['axis'] <= a else a]
   if name == 'split':
     (_, a), = batched
     _require(p['axis'] != a)

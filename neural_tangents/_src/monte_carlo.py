@@ -24,7 +24,6 @@ Example:
 """
 import collections
 from collections.abc import Iterable
-import functools
 from typing import Any, Callable, Generator, Sequence, Union
 
 import jax
@@ -37,6 +36,7 @@ from neural_tangents._src import batching
 from neural_tangents._src.empirical import DEFAULT_NTK_IMPLEMENTATION
 from neural_tangents._src.empirical import empirical_kernel_fn
 from neural_tangents._src.empirical import NtkImplementation
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
 
 _KERNEL_NAMES = ('nngp', 'ntk')
@@ -148,7 +148,7 @@ def monte_carlo_kernel_fn(
         first)
     if isinstance(get, str):
       return total[0]
-    return _kernel_namedtuple(names)(*total)
+    return utils.get_namedtuple(tuple(names))(*total)
 
   # One block (`batch_size=None`) still jits the sum and handles storage.
   summed = batching._batched(  # pylint: disable=protected-access
@@ -178,12 +178,6 @@ def monte_carlo_kernel_fn(
                    counts[0])
 
   return kernel_fn
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel_namedtuple(names: tuple[str, ...]) -> type:
-  """One namedtuple class per `get`, so that results are comparable pytrees."""
-  return collections.namedtuple('Kernel', names)
 
 
 def _divide(tree: Any, n: int) -> Any:

@@ -19,8 +19,10 @@ This module reads `f` as a flat program (`empirical_program`) and:
    the site's output and of the site's other inputs (rules for
    `dot_general`, `conv_general_dilated` (through input patches), `mul`,
    `div`, `add`/`sub`, `select_n`, and program outputs);
-3. gets all cotangents at once, by one reverse pass per output entry through
-   the program with zero perturbations added at the site outputs;
+3. gets the cotangents of the site outputs: as einsum factors where the
+   rest of the network is simple (`structured_factors.cotangent_tail`),
+   else all at once, by one reverse pass per output entry through the
+   program with zero perturbations added at the site outputs;
 4. contracts: a leaf with one site and a chain of letter-preserving
    operations is contracted lazily (sites with the same cotangent and a
    separable form share `G1 G2^T`, e.g. a dense layer's weight and bias);
@@ -51,10 +53,10 @@ import numpy as np
 
 from neural_tangents._src import empirical_layout as layout_lib
 from neural_tangents._src import empirical_program as prog
-from neural_tangents._src import empirical_separability as sep
+from neural_tangents._src import structured_factors as sf
+from neural_tangents._src.structured_factors import Factor
+from neural_tangents._src.structured_factors import Letter
 from neural_tangents._src.utils.typing import Array
-
-Letter = Optional[int]  # `None` marks a dimension of size 1.
 
 
 class Mode(enum.Enum):
@@ -137,47 +139,57 @@ _LINEAR_IN = {
 def _is_chain_op(eqn: prog.Eqn, k: int) -> bool:
   rule = _LINEAR_IN.get(eqn.name)
   return (rule is not None and rule(k, eqn) and len(eqn.outputs) == 1 and
-          _inexact(eqn.outputs[0]) and
+          sf.inexact(eqn.outputs[0]) and
           all(isinstance(a, prog.Const) for i, a in enumerate(eqn.inputs)
               if i != k))
 
 
-def _inexact(a: prog.Atom) -> bool:
-  return jnp.issubdtype(a.dtype, jnp.inexact)
+@dataclasses.dataclass(frozen=True)
+class LeafLetters:
+  """How a site's chain value covers its parameter leaf.
+
+  Attributes:
+    letters: letters of the leaf's dimensions (or of `region`'s), such that
+      `value = scale * P(leaf)` with `P` moving entries without mixing them.
+    scale: the constant scaling.
+    region: `(start, limit)` of the slice of the leaf the chain starts with,
+      or None if it uses the whole leaf.
+  """
+  letters: tuple[Letter, ...]
+  scale: float
+  region: Optional[tuple[tuple[int, ...], tuple[int, ...]]]
 
 
-def _scalar(a: prog.Atom) -> Optional[float]:
-  """The value of a scalar constant, if it is a concrete number."""
-  if not isinstance(a, prog.Const) or a.shape != ():
-    return None
-  try:
-    return float(np.asarray(a.value))
-  except Exception:  # pylint: disable=broad-except
-    return None  # A constant closed over from an outer trace.
-
-
-def _leaf_letters(chain: Chain, letters: Sequence[Letter]
-                  ) -> Optional[tuple[tuple[Letter, ...], float]]:
+def _leaf_letters(chain: Chain,
+                  letters: Sequence[Letter]) -> Optional[LeafLetters]:
   """Letters of the leaf's dimensions, given those of the chain value.
 
   A chain of transposes, broadcasts, unit reshapes and scalings maps each
   entry of the leaf to entries of the value with the same letters (a
-  broadcast dimension's letter is summed over). Returns `(letters, scale)`
-  with `value = scale * P(leaf)`, or None if an equation is not of this kind.
+  broadcast dimension's letter is summed over). A chain may also start with
+  a contiguous slice of the leaf (a step of an unrolled `scan` reading its
+  parameters): its letters are then the slice's. Returns None for any other
+  chain.
   """
   scale = 1.
   out = list(letters)
-  for eqn, k in zip(reversed(chain.eqns), reversed(chain.positions)):
+  region = None
+  for i, (eqn, k) in reversed(list(enumerate(zip(chain.eqns,
+                                                 chain.positions)))):
     operand = eqn.inputs[k]
     shape, out_shape = operand.shape, eqn.outputs[0].shape
     name, p = eqn.name, eqn.params
+    if name == 'slice' and i == 0 and all(
+        s in (None, 1) for s in (p['strides'] or ())):
+      region = (tuple(p['start_indices']), tuple(p['limit_indices']))
+      break
     if name == 'transpose':
       new: list[Letter] = [None] * len(shape)
-      for i, d in enumerate(p['permutation']):
-        new[d] = out[i]
+      for j, d in enumerate(p['permutation']):
+        new[d] = out[j]
     elif name == 'broadcast_in_dim':
-      new = [out[b] if shape[i] == out_shape[b] else None
-             for i, b in enumerate(p['broadcast_dimensions'])]
+      new = [out[b] if shape[j] == out_shape[b] else None
+             for j, b in enumerate(p['broadcast_dimensions'])]
     elif name in ('squeeze', 'reshape'):
       if [s for s in shape if s != 1] != [s for s in out_shape if s != 1]:
         return None
@@ -187,7 +199,7 @@ def _leaf_letters(chain: Chain, letters: Sequence[Letter]
       new = out
       scale *= -1. if name == 'neg' else 1.
     elif name in ('mul', 'div', 'add', 'add_any', 'sub'):
-      c = _scalar(eqn.inputs[1 - k])
+      c = sf.scalar_value(eqn.inputs[1 - k])
       if shape != out_shape or c is None or (name == 'div' and c == 0):
         return None
       new = out
@@ -196,7 +208,17 @@ def _leaf_letters(chain: Chain, letters: Sequence[Letter]
     else:
       return None
     out = new
-  return tuple(out), scale
+  return LeafLetters(tuple(out), scale, region)
+
+
+def _disjoint(regions: Sequence[Optional[tuple]]) -> bool:
+  """Whether slices of a leaf do not overlap (then their kernels add up)."""
+  if any(r is None for r in regions):
+    return False
+  for (s1, l1), (s2, l2) in itertools.combinations(regions, 2):
+    if all(a < d and c < b for a, b, c, d in zip(s1, l1, s2, l2)):
+      return False
+  return True
 
 
 # ---------------------------------------------------------------------------
@@ -211,27 +233,6 @@ class Site:
   chain: Chain
   eqn: Optional[prog.Eqn]
   position: int
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Factor:
-  """A non-parameter input of a site, as it enters the site's form.
-
-  Attributes:
-    atom: the program value it is computed from.
-    letters: letters of the factor's dimensions (after `transform`).
-    transform: applied to the atom's value to get the factor, or None.
-    batch_letter: letter of the atom's dimension `batch_axis`, a function of
-      that axis (for the separability check), or None for a scalar.
-  """
-  atom: prog.Atom
-  letters: tuple[Letter, ...]
-  transform: Optional[Callable[[Array], Array]] = None
-  atom_letters: Optional[tuple[Letter, ...]] = None
-
-  def value(self, atom_value: Array) -> Array:
-    return (atom_value if self.transform is None else
-            self.transform(atom_value))
 
 
 # A perturbation point: an equation output, or a program output (by index).
@@ -253,40 +254,17 @@ class Form:
   v_shape: tuple[int, ...]
 
 
-def _mask(letters: Sequence[int], shape: Sequence[int]) -> tuple[Letter, ...]:
-  """Drops (to None) the letters of size-1 dimensions."""
-  return tuple(None if s == 1 else l for l, s in zip(letters, shape))
-
-
-class _Counter:
-
-  def __init__(self):
-    self.n = 0
-
-  def __call__(self) -> int:
-    self.n += 1
-    return self.n - 1
-
-
-def _dot_general_form(eqn: prog.Eqn, k: int, new: _Counter):
-  (lc, rc), (lb, rb) = eqn.params['dimension_numbers']
-  lhs, rhs = eqn.inputs
-  l = [new() for _ in lhs.shape]
-  r: list[Any] = [None] * len(rhs.shape)
-  for a, b in list(zip(lc, rc)) + list(zip(lb, rb)):
-    r[b] = l[a]
-  r = [x if x is not None else new() for x in r]
-  free_l = [l[d] for d in range(len(l)) if d not in lc and d not in lb]
-  free_r = [r[d] for d in range(len(r)) if d not in rc and d not in rb]
-  y = [l[d] for d in lb] + free_l + free_r
-  other, other_letters = (rhs, r) if k == 0 else (lhs, l)
-  v = l if k == 0 else r
-  factor = Factor(other, _mask(other_letters, other.shape),
-                  atom_letters=_mask(other_letters, other.shape))
+def _dot_general_form(eqn: prog.Eqn, k: int, new: sf.Counter):
+  operand = eqn.inputs[k]
+  v = list(sf.mask([new() for _ in operand.shape], operand.shape))
+  other_letters, y = sf.dot_general_letters(eqn, k, v, new)
+  other = eqn.inputs[1 - k]
+  factor = Factor(other, tuple(other_letters),
+                  atom_letters=tuple(other_letters))
   return y, (factor,), v
 
 
-def _conv_form(eqn: prog.Eqn, k: int, new: _Counter):
+def _conv_form(eqn: prog.Eqn, k: int, new: sf.Counter):
   """`y = conv(x, W)` is `einsum(windows(x), W)` over the kernel's offsets."""
   p = eqn.params
   if k != 1 or p['feature_group_count'] != 1 or p['batch_group_count'] != 1:
@@ -322,8 +300,8 @@ def _conv_form(eqn: prog.Eqn, k: int, new: _Counter):
       strides=p['window_strides'], padding=p['padding'],
       lhs_dilation=p['lhs_dilation'], rhs_dilation=p['rhs_dilation'],
       spatial=tuple(dn.lhs_spec[2:]))
-  factor = Factor(lhs, _mask(x_letters, x_shape), windows,
-                  _mask(atom_letters, lhs.shape))
+  factor = Factor(lhs, sf.mask(x_letters, x_shape), windows,
+                  sf.mask(atom_letters, lhs.shape))
   return y, (factor,), v
 
 
@@ -354,35 +332,26 @@ def _conv_windows(x: Array, filter_shape: Sequence[int],
   return stacked.reshape(stacked.shape[:-1] + tuple(filter_shape))
 
 
-def _broadcast_letters(eqn: prog.Eqn, new: _Counter):
-  """Letters of an elementwise equation's output and of each input."""
-  out = eqn.outputs[0].shape
-  y = [new() for _ in out]
-  ins = [[] if a.shape == () else
-         [y[d] if a.shape[d] == out[d] else None for d in range(len(out))]
-         for a in eqn.inputs]
-  return y, ins
-
-
-def _elementwise_form(eqn: prog.Eqn, k: int, new: _Counter):
-  y, ins = _broadcast_letters(eqn, new)
+def _elementwise_form(eqn: prog.Eqn, k: int, new: sf.Counter):
+  y = [new() for _ in eqn.outputs[0].shape]
+  ins = sf.broadcast_letters(eqn, y)
   name = eqn.name
   if name in ('add', 'add_any', 'sub'):
     return y, (), ins[k]
   if name == 'mul':
     other = eqn.inputs[1 - k]
-    return y, (Factor(other, _mask(ins[1 - k], other.shape),
-                      atom_letters=_mask(ins[1 - k], other.shape)),), ins[k]
+    return y, (Factor(other, sf.mask(ins[1 - k], other.shape),
+                      atom_letters=sf.mask(ins[1 - k], other.shape)),), ins[k]
   if name == 'div' and k == 0:
     other = eqn.inputs[1]
-    return y, (Factor(other, _mask(ins[1], other.shape), jnp.reciprocal,
-                      _mask(ins[1], other.shape)),), ins[0]
+    return y, (Factor(other, sf.mask(ins[1], other.shape), jnp.reciprocal,
+                      sf.mask(ins[1], other.shape)),), ins[0]
   if name == 'select_n' and k >= 1:
     pred = eqn.inputs[0]
     dtype = eqn.outputs[0].dtype
     picks = lambda x: (x == (k - 1)).astype(dtype)
-    return y, (Factor(pred, _mask(ins[0], pred.shape), picks,
-                      _mask(ins[0], pred.shape)),), ins[k]
+    return y, (Factor(pred, sf.mask(ins[0], pred.shape), picks,
+                      sf.mask(ins[0], pred.shape)),), ins[k]
   return None
 
 
@@ -401,10 +370,10 @@ _FORM_RULES = {
 def _form(site: Site, program: prog.Program, consumers: dict[prog.Var, list],
           uses: dict[prog.Var, int]) -> Optional[Form]:
   """The site's form, or None if only the generic rule applies."""
-  new = _Counter()
+  new = sf.Counter()
   if site.eqn is None:
     out = program.outputs[site.position]
-    y = _mask([new() for _ in out.shape], out.shape)
+    y = sf.mask([new() for _ in out.shape], out.shape)
     return Form(site.position, 1., y, (), y, out.shape)
   rule = _FORM_RULES.get(site.eqn.name)
   found = rule(site.eqn, site.position, new) if rule else None
@@ -415,8 +384,8 @@ def _form(site: Site, program: prog.Program, consumers: dict[prog.Var, list],
   operand = site.eqn.inputs[site.position]
   coefficient = -1. if site.eqn.name == 'sub' and site.position == 1 else 1.
   target, coefficient = _forward(out, coefficient, program, consumers, uses)
-  return Form(target, coefficient, _mask(y, out.shape), factors,
-              _mask(v, operand.shape), operand.shape)
+  return Form(target, coefficient, sf.mask(y, out.shape), factors,
+              sf.mask(v, operand.shape), operand.shape)
 
 
 def _forward(var: prog.Var, coefficient: float, program: prog.Program,
@@ -436,9 +405,9 @@ def _forward(var: prog.Var, coefficient: float, program: prog.Program,
       factor = -1. if eqn.name == 'sub' and k == 1 else 1.
     elif eqn.name == 'neg':
       factor = -1.
-    elif eqn.name in ('mul', 'div') and _scalar(eqn.inputs[1 - k]):
+    elif eqn.name in ('mul', 'div') and sf.scalar_value(eqn.inputs[1 - k]):
       # A scaling by a constant (e.g. stax's `W_std / sqrt(fan_in)`).
-      c = _scalar(eqn.inputs[1 - k])
+      c = sf.scalar_value(eqn.inputs[1 - k])
       if eqn.name == 'div' and k == 1:
         break
       factor = c if eqn.name == 'mul' else 1 / c
@@ -461,12 +430,30 @@ class _SidePlan:
   sites: list[Site]
   forms: list[Optional[Form]]
   site_keys: list[tuple]
-  # For each site with a form: (leaf letters, scale), or None if its chain
-  # does not preserve letters.
-  leaf_letters: list[Optional[tuple[tuple[Letter, ...], float]]]
+  # For each site with a form: how its chain covers the leaf, or None if its
+  # chain does not preserve letters.
+  leaf_letters: list[Optional[LeafLetters]]
   # Letter of the example axis in each form (SEPARABLE mode only).
   example_letters: list[Letter]
   eqn_index: dict[prog.Eqn, int]
+  consumers: dict[prog.Var, list]
+  batch_axes: Optional[dict[prog.Var, Optional[int]]]
+  n_params: int
+  output_keys: dict[prog.Var, tuple]
+
+  def shared(self, atom: prog.Atom) -> bool:
+    """Whether a value is the same for all examples (a constant or param)."""
+    return isinstance(atom, prog.Const) or any(
+        atom is v for v in self.program.inputs[:self.n_params])
+
+  def target_var(self, target: Target) -> prog.Atom:
+    return self.program.outputs[target] if isinstance(target, int) else target
+
+  def key(self, target: Target) -> tuple:
+    """A name for a target that is the same in both sides' programs."""
+    if isinstance(target, int):
+      return ('output', target)
+    return self.output_keys[target]
 
 
 def _side_plan(program: prog.Program, n_params: int, mode: Mode,
@@ -475,7 +462,7 @@ def _side_plan(program: prog.Program, n_params: int, mode: Mode,
   chains: dict[prog.Var, Chain] = {}
   for i in range(n_params):
     v = program.inputs[i]
-    if _inexact(v):
+    if sf.inexact(v):
       chains[v] = Chain(i)
   consumers: dict[prog.Var, list] = {}
   sites: list[Site] = []
@@ -490,7 +477,7 @@ def _side_plan(program: prog.Program, n_params: int, mode: Mode,
     if len(in_chain) == 1 and _is_chain_op(eqn, in_chain[0]):
       k = in_chain[0]
       chains[eqn.outputs[0]] = chains[eqn.inputs[k]].then(eqn, k)
-    elif any(_inexact(v) for v in eqn.outputs):
+    elif any(sf.inexact(v) for v in eqn.outputs):
       sites += [Site(chains[eqn.inputs[k]], eqn, k) for k in in_chain]
   for i, a in enumerate(program.outputs):
     if isinstance(a, prog.Var) and a in chains:
@@ -505,14 +492,16 @@ def _side_plan(program: prog.Program, n_params: int, mode: Mode,
                 s.position) for s in sites]
   example_letters: list[Letter] = [None] * len(sites)
   if mode == Mode.SEPARABLE:
-    example_letters = [_example_letter(s, f, ll, program, batch_axes)
-                       for s, f, ll in zip(sites, forms, leaf_letters)]
+    example_letters = [_example_letter(s, f, program, batch_axes)
+                       for s, f in zip(sites, forms)]
+  output_keys = {v: ('eqn', i, j) for i, e in enumerate(program.eqns)
+                 for j, v in enumerate(e.outputs)}
   return _SidePlan(program, sites, forms, site_keys, leaf_letters,
-                   example_letters, eqn_index)
+                   example_letters, eqn_index, consumers, batch_axes, n_params,
+                   output_keys)
 
 
-def _example_letter(site: Site, form: Optional[Form], leaf_letters,
-                    program: prog.Program,
+def _example_letter(site: Site, form: Optional[Form], program: prog.Program,
                     axes: dict[prog.Var, Optional[int]]) -> int:
   """The form's letter for the example axis, checking it is well placed."""
   if form is None:
@@ -534,14 +523,7 @@ def _example_letter(site: Site, form: Optional[Form], leaf_letters,
 
 
 def _target_key(plan: _SidePlan, target: Target) -> tuple:
-  """A name for a target that is the same in both sides' programs."""
-  if isinstance(target, int):
-    return ('output', target)
-  for eqn_i, eqn in enumerate(plan.program.eqns):
-    for j, v in enumerate(eqn.outputs):
-      if v is target:
-        return ('eqn', eqn_i, j)
-  raise AssertionError('target not found')
+  return plan.key(target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,6 +549,8 @@ class Plan:
   groups: tuple[_Group, ...]
   lazy: tuple[_Lazy, ...]
   materialized: tuple[tuple[int, tuple[int, ...]], ...]  # (leaf, sites)
+  # Targets (by key) whose cotangents are einsum factors, on each side.
+  tails: dict[tuple, tuple[sf.Tail, sf.Tail]]
 
 
 def make_plan(programs: tuple[prog.Program, prog.Program], n_params: int,
@@ -602,24 +586,51 @@ def make_plan(programs: tuple[prog.Program, prog.Program], n_params: int,
   lazy, materialized = [], []
   groups: dict[tuple, list[_Lazy]] = {}
   for leaf, site_ids in sorted(by_leaf.items()):
-    i = site_ids[0]
-    ok = len(site_ids) == 1 and all(
-        p.forms[i] is not None and p.leaf_letters[i] is not None and
-        (mode != Mode.SEPARABLE or p.example_letters[i] not in
-         p.leaf_letters[i][0]) for p in (p1, p2))
+    ok = all(p.forms[i] is not None and p.leaf_letters[i] is not None and
+             (mode != Mode.SEPARABLE or p.example_letters[i] not in
+              p.leaf_letters[i].letters)
+             for p in (p1, p2) for i in site_ids)
+    # Sites reading disjoint slices of a leaf (the steps of an unrolled
+    # `scan`) have Jacobians with disjoint supports: their kernels add up.
+    if ok and len(site_ids) > 1:
+      ok = all(_disjoint([p.leaf_letters[i].region for i in site_ids])
+               for p in (p1, p2))
     if not ok:
       materialized.append((leaf, tuple(site_ids)))
       continue
-    key = _target_key(p1, p1.forms[i].target)
-    if (all(_separable(p, i) for p in (p1, p2)) and
-        key == _target_key(p2, p2.forms[i].target) and
-        _target_dims(p1, i) == _target_dims(p2, i)):
-      groups.setdefault(key, []).append(_Lazy(leaf, i))
-    else:
-      lazy.append(_Lazy(leaf, i))
+    for i in site_ids:
+      key = _target_key(p1, p1.forms[i].target)
+      if (all(_separable(p, i) for p in (p1, p2)) and
+          key == _target_key(p2, p2.forms[i].target) and
+          _target_dims(p1, i) == _target_dims(p2, i)):
+        groups.setdefault(key, []).append(_Lazy(leaf, i))
+      else:
+        lazy.append(_Lazy(leaf, i))
+  lazy_sites = [l.site for l in lazy] + [m.site for ms in groups.values()
+                                         for m in ms]
   return Plan(mode, (p1, p2),
               tuple(_Group(k, tuple(m)) for k, m in groups.items()),
-              tuple(lazy), tuple(materialized))
+              tuple(lazy), tuple(materialized), _tails(p1, p2, lazy_sites))
+
+
+def _tails(p1: _SidePlan, p2: _SidePlan,
+           lazy_sites: Sequence[int]) -> dict[tuple, tuple[sf.Tail, sf.Tail]]:
+  """Cotangent tails of lazy sites' targets, where both sides have one."""
+  tails = {}
+  for i in lazy_sites:
+    key = _target_key(p1, p1.forms[i].target)
+    if key in tails:
+      continue
+    pair = []
+    for p in (p1, p2):
+      target = p.forms[i].target
+      axis = None
+      if p.batch_axes is not None:
+        axis = p.batch_axes.get(p.target_var(target))
+      pair.append(sf.cotangent_tail(target, p.program, p.consumers, axis))
+    if None not in pair and pair[0].output == pair[1].output:
+      tails[key] = tuple(pair)
+  return tails
 
 
 def _target_dims(plan: _SidePlan, i: int) -> tuple:
@@ -635,7 +646,7 @@ def _separable(plan: _SidePlan, i: int) -> bool:
   """Whether site `i`'s Jacobian is an outer product `G (x) X`."""
   form = plan.forms[i]
   e = plan.example_letters[i]
-  p = set(plan.leaf_letters[i][0]) - {None}
+  p = set(plan.leaf_letters[i].letters) - {None}
   y = set(form.y) - {None, e}
   x = set(l for f in form.factors for l in f.letters) - {None, e}
   return y <= p and not y & x and len(y) == len([l for l in form.y
@@ -665,7 +676,7 @@ def _needed(plan: Plan, side: int):
       add(form.target)
     else:
       for v in sp.sites[i].eqn.outputs:
-        if _inexact(v):
+        if sf.inexact(v):
           add(v)
   return targets, lazy_sites, mat_sites
 
@@ -692,6 +703,8 @@ def side_values(plan: Plan, side: int, inputs: Sequence[Array],
   var_targets = [t for t in targets if not isinstance(t, int)]
   out_targets = [t for t in targets if isinstance(t, int)]
   factor_atoms = [f.atom for i in lazy_sites for f in sp.forms[i].factors]
+  factor_atoms += [f.atom for tails in plan.tails.values()
+                   for f in tails[side].factors]
   mat_atoms = _materialization_atoms(plan, side)
 
   def run(eps):
@@ -713,18 +726,38 @@ def side_values(plan: Plan, side: int, inputs: Sequence[Array],
       return g_outs[out_targets.index(t)]
     return g_vars[next(i for i, u in enumerate(var_targets) if u is t)]
 
-  values: dict[str, Any] = {'G': {}, 'X': {}, 'J': {}}
+  values: dict[str, Any] = {'G': {}, 'X': {}, 'J': {}, 'T': {}}
   it = iter(factor_values)
   for i in lazy_sites:
     form = sp.forms[i]
     values['X'][i] = [f.value(next(it)) for f in form.factors]
+    # Both the cotangents and (below) their tail factors: the contraction
+    # uses the cheaper, and XLA drops the computation of the other.
     values['G'][_target_key(sp, form.target)] = g_of(form.target)
+  for key, tails in plan.tails.items():
+    values['T'][key] = [f.value(next(it)) for f in tails[side].factors]
   mat_env = dict(zip([id(a) for a in mat_atoms], mat_values))
-  leaf_values = {i: inputs[i] for i in range(len(inputs))}
   for leaf, ids in plan.materialized:
     values['J'][leaf] = _materialize(plan, side, leaf, ids, g_of, mat_env,
-                                     leaf_values[leaf], out_row_ndims)
+                                     inputs[leaf], out_row_ndims)
   return values
+
+
+def value_axes(plan: Plan, side: int) -> dict[str, Any]:
+  """`vmap` out_axes of `side_values`: None for values shared by examples.
+
+  A factor computed from parameters or constants alone (a weight in a
+  cotangent tail, an identity) is the same for every example; keeping it
+  unbatched lets the einsum contract it once rather than per example.
+  """
+  sp = plan.sides[side]
+  lazy_sites = [m.site for g in plan.groups for m in g.members] + [
+      l.site for l in plan.lazy]
+  axis = lambda f: None if sp.shared(f.atom) else 0
+  return {'G': 0, 'J': 0,
+          'X': {i: [axis(f) for f in sp.forms[i].factors] for i in lazy_sites},
+          'T': {key: [axis(f) for f in tails[side].factors]
+                for key, tails in plan.tails.items()}}
 
 
 def _materialization_atoms(plan: Plan, side: int) -> list[prog.Atom]:
@@ -746,6 +779,8 @@ def _cotangents(run, eps, out_row_ndims: Sequence[int], broadcast: bool):
   cotangent of output entry `o` is set for every example at once; for a
   batch-separable program this gives each example's own cotangents.
   """
+  if not eps[0] and not eps[1]:
+    return [], [], run(eps)[1]
   outs, vjp_fn, aux = jax.vjp(run, eps, has_aux=True)
   row_shapes = [o.shape[o.ndim - n:] for o, n in zip(outs, out_row_ndims)]
   sizes = [math.prod(s) for s in row_shapes]
@@ -790,7 +825,7 @@ def _materialize(plan: Plan, side: int, leaf: int, site_ids: Sequence[int],
                            sp.example_letters[i], out_row_ndims)
     else:
       j_v = _generic_jacobian(
-          site, [g_of(v) if _inexact(v) else None for v in site.eqn.outputs],
+          site, [g_of(v) if sf.inexact(v) else None for v in site.eqn.outputs],
           [env[id(a)] for a in site.eqn.inputs], out_row_ndims)
     j_leaf = [_pull_back(site.chain, leaf_value, j) for j in j_v]
     total = j_leaf if total is None else [a + b for a, b in zip(total, j_leaf)]
@@ -876,87 +911,192 @@ def contract(plan: Plan, values: tuple[dict, dict],
   Args:
     plan: the plan.
     values: `side_values` of x1 and x2 (with a leading example axis in
-      EXAMPLE mode).
+      EXAMPLE mode, except for shared values).
     layouts: the kernel layout of each output.
     out_shapes: the shape of one call's output (one example's, except in
       WHOLE mode), for the normalization of traced axes.
-    result_shapes: the shape of each kernel (used if no parameter matters).
+    result_shapes: the shape of each kernel.
 
   Returns:
     The kernel of each output.
   """
-  v1, v2 = values
   kernels = []
-  for l, (layout, out_shape, result_shape) in enumerate(
+  for l, (layout, out_shape, shape) in enumerate(
       zip(layouts, out_shapes, result_shapes)):
     letters = layout_lib.Letters()
     kl = layout_lib.kernel_letters(layout, letters)
     terms = []
     for group in plan.groups:
-      terms.append(_group_kernel(plan, group, l, v1, v2, kl, letters))
+      terms.append(_group_kernel(plan, group, l, values, kl, letters, shape))
     for lazy in plan.lazy:
-      terms.append(_lazy_kernel(plan, lazy, l, v1, v2, kl, letters))
+      terms.append(_lazy_kernel(plan, lazy, l, values, kl, letters, shape))
     for leaf, _ in plan.materialized:
-      j1, j2 = v1['J'][leaf][l], v2['J'][leaf][l]
+      j1, j2 = values[0]['J'][leaf][l], values[1]['J'][leaf][l]
       terms.append(_jacobian_kernel(j1, j2, kl, letters, plan.mode))
-    kernel = sum(terms) if terms else jnp.zeros(result_shape)
+    terms = [t for t in terms if t is not None]
+    kernel = sum(terms) if terms else jnp.zeros(shape, _dtype(values))
     kernels.append(kernel / layout_lib.trace_size(layout, out_shape))
   return kernels
 
 
-def _side_letters(kl: layout_lib.KernelLetters, side: int, mode: Mode):
-  """Leading letters of a side's cotangents/Jacobians, and its example letter."""
-  e, out = kl.side(side + 1)
-  lead = ([e] if mode == Mode.EXAMPLE else []) + list(out)
-  return lead, e
+def _einsum_into(ops: list, result: Sequence[int], shape: Sequence[int],
+                 dtype: Any) -> Array:
+  """An einsum whose result letters may be missing from all operands.
+
+  A missing letter is a dimension the value does not depend on: an output
+  dimension of size 1, or examples when only shared values are involved;
+  the result is broadcast along it. Without operands (the cotangent of a
+  single output entry with respect to itself) the product is 1.
+  """
+  if not ops:
+    return jnp.ones(tuple(shape), dtype)
+  present = set(l for _, ls in ops for l in ls)
+  kept = [l for l in result if l in present]
+  out = layout_lib.einsum(*ops, result=kept)
+  out = out.reshape([s if l in present else 1 for l, s in zip(result, shape)])
+  return jnp.broadcast_to(out, tuple(shape))
 
 
-def _map(ls: Sequence[Letter], shared: dict, local: dict, example: Letter,
-         example_global: Optional[int], letters: layout_lib.Letters
-         ) -> list[int]:
-  """Maps a form's letters to an einsum's: shared ones (the leaf's) are
-  common to both sides, the example letter is the side's, others are the
-  side's own."""
-  out = []
-  for l in ls:
-    if l is None:
-      continue
-    if example is not None and l == example:
-      out.append(example_global)
-    elif l in shared:
-      out.append(shared[l])
-    else:
-      local.setdefault(l, letters.new())
-      out.append(local[l])
-  return out
+class _Mapper:
+  """Maps one side's form (and tail) letters to an einsum's letters.
+
+  Letters of the leaf (`shared`) are common to both sides; the example
+  letter becomes the side's example letter; other letters are the side's
+  own.
+  """
+
+  def __init__(self, shared: dict, example: Letter, example_global: Any,
+               letters: layout_lib.Letters):
+    self.shared, self.example = shared, example
+    self.example_global, self.letters = example_global, letters
+    self.local: dict[int, int] = {}
+
+  def __call__(self, ls: Sequence[Letter]) -> list[int]:
+    out = []
+    for l in ls:
+      if l is None:
+        continue
+      if self.example is not None and l == self.example:
+        out.append(self.example_global)
+      elif l in self.shared:
+        out.append(self.shared[l])
+      else:
+        out.append(self.local.setdefault(l, self.letters.new()))
+    return out
 
 
 def _form_operands(plan: Plan, side: int, site: int, values: dict, l: int,
                    kl, letters, shared: dict, g: bool = True,
-                   x: bool = True) -> list:
+                   x: bool = True,
+                   tail: bool = False) -> Optional[tuple[list, float]]:
+  """Einsum operands of one side of a site's form, and their scaling.
+
+  Args:
+    plan, side, site, values, l, kl, letters, shared: as in the callers.
+    g: whether to include the cotangent's operands.
+    x: whether to include the site's other inputs.
+    tail: whether the cotangent is written as its tail's factors.
+
+  Returns:
+    `(operands, scale)`, or None if the site's cotangent is zero for `l`.
+  """
   sp = plan.sides[side]
   form = sp.forms[site]
-  lead, e_global = _side_letters(kl, side, plan.mode)
-  e = sp.example_letters[site]
-  local: dict[int, int] = {}
-  ops = []
-  ex = [e_global] if plan.mode == Mode.EXAMPLE else []
+  e_global, out = kl.side(side + 1)
+  example = plan.mode == Mode.EXAMPLE
+  m = _Mapper(shared, sp.example_letters[site], e_global, letters)
+  ops, scale = [], 1.
   if g:
-    g_l = values['G'][_target_key(sp, form.target)][l]
-    n_lead = len(lead)
-    ops.append((_squeeze_units(g_l, form.y, n_lead),
-                lead + _map(form.y, shared, local, e, e_global, letters)))
+    key = _target_key(sp, form.target)
+    if tail:
+      factors = plan.tails[key][side]
+      if factors.output != l:
+        return None
+      ops += _tail_operands(plan, sp, factors, form, values['T'][key], m,
+                            list(out), e_global)
+      scale = factors.coefficient
+    else:
+      lead = ([e_global] if example else []) + list(out)
+      g_l = values['G'][key][l]
+      ops.append((_squeeze_units(g_l, form.y, len(lead)), lead + m(form.y)))
   if x:
     for f, value in zip(form.factors, values['X'][site]):
-      ops.append((_squeeze_units(value, f.letters, len(ex)),
-                  ex + _map(f.letters, shared, local, e, e_global, letters)))
+      ex = [e_global] if example and not sp.shared(f.atom) else []
+      ops.append((_squeeze_units(value, f.letters, len(ex)), ex + m(f.letters)))
+  return ops, scale
+
+
+# A cotangent tail is used when its contraction costs less than this
+# fraction of the one with the materialized cotangent: at equal FLOPs the
+# latter wins, its factors being formed by fewer elementwise operations.
+_TAIL_ADVANTAGE = 0.8
+
+
+def _cheapest_operands(plan: Plan, site: int, values: tuple, l: int, kl,
+                       letters, shared: tuple[dict, dict], x: bool,
+                       result: Sequence[int]) -> Optional[tuple[list, float]]:
+  """Both sides' operands, with the cotangent materialized or as factors."""
+  key = _target_key(plan.sides[0], plan.sides[0].forms[site].target)
+  options = [False] + ([True] if key in plan.tails else [])
+  best, best_cost = None, None
+  for tail in options:
+    sides = [_form_operands(plan, s, site, values[s], l, kl, letters,
+                            shared[s], x=x, tail=tail) for s in (0, 1)]
+    if sides[0] is None or sides[1] is None:
+      if tail:
+        return None  # The tail proves the cotangent is zero for `l`.
+      continue
+    ops, scale = sides[0][0] + sides[1][0], sides[0][1] * sides[1][1]
+    present = set(l for _, ls in ops for l in ls)
+    cost = layout_lib.einsum_cost(*ops, result=[
+        r for r in result if r in present]) if ops else 0.
+    if tail:
+      cost /= _TAIL_ADVANTAGE
+    if best is None or cost < best_cost:
+      best, best_cost = (ops, scale), cost
+  return best
+
+
+def _tail_operands(plan: Plan, sp: _SidePlan, tail: sf.Tail, form: Form,
+                   tail_values: list, m: _Mapper, out: list,
+                   e_global: Any) -> list:
+  """Operands of a cotangent tail: its letters for the target's dimensions
+  are the form's, those for the output's are the kernel's."""
+  to_form = {t: f for t, f in zip(tail.y, form.y) if t is not None}
+  out_dims = list(tail.out)
+  if plan.mode == Mode.SEPARABLE:
+    out_dims = out_dims[1:]  # Dimension 0 is the batch: the example letter.
+  to_kernel = {t: o for t, o in zip(out_dims, out) if t is not None}
+  private = _Mapper({}, None, None, m.letters)
+  ops = []
+  for f, value in zip(tail.factors, tail_values):
+    ls = []
+    for t in f.letters:
+      if t is None:
+        continue
+      if t in to_form:
+        ls += m([to_form[t]])
+      elif t in to_kernel:
+        ls.append(to_kernel[t])
+      else:
+        ls += private([t])
+    ex = [e_global] if plan.mode == Mode.EXAMPLE and not sp.shared(
+        f.atom) else []
+    ops.append((_squeeze_units(value, f.letters, len(ex)), ex + ls))
   return ops
 
 
-def _shared_letters(plan: Plan, site: int, letters) -> dict[int, int]:
+def _dtype(values: tuple[dict, dict]) -> Any:
+  """The floating dtype of the values (that of the network)."""
+  leaves = [x for x in jax.tree_util.tree_leaves(values)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.result_type(*leaves) if leaves else jnp.float32
+
+
+def _shared_letters(plan: Plan, site: int, letters) -> tuple[dict, dict]:
   """Global letters for the leaf's letters, per side (by leaf dimension)."""
-  ll1 = plan.sides[0].leaf_letters[site][0]
-  ll2 = plan.sides[1].leaf_letters[site][0]
+  ll1 = plan.sides[0].leaf_letters[site].letters
+  ll2 = plan.sides[1].leaf_letters[site].letters
   s1, s2 = {}, {}
   for a, b in zip(ll1, ll2):
     if a is None or b is None:
@@ -968,50 +1108,55 @@ def _shared_letters(plan: Plan, site: int, letters) -> dict[int, int]:
 
 def _scale2(plan: Plan, site: int) -> float:
   """The product of both sides' scalings of the leaf at a lazy site."""
-  return math.prod(p.forms[site].coefficient * p.leaf_letters[site][1]
+  return math.prod(p.forms[site].coefficient * p.leaf_letters[site].scale
                    for p in plan.sides)
 
 
-def _lazy_kernel(plan: Plan, lazy: _Lazy, l: int, v1: dict, v2: dict, kl,
-                 letters) -> Array:
-  s1, s2 = _shared_letters(plan, lazy.site, letters)
-  ops = (_form_operands(plan, 0, lazy.site, v1, l, kl, letters, s1) +
-         _form_operands(plan, 1, lazy.site, v2, l, kl, letters, s2))
-  return _scale2(plan, lazy.site) * layout_lib.einsum(
-      *ops, result=kl.result)
+def _lazy_kernel(plan: Plan, lazy: _Lazy, l: int, values: tuple, kl,
+                 letters, shape) -> Optional[Array]:
+  shared = _shared_letters(plan, lazy.site, letters)
+  found = _cheapest_operands(plan, lazy.site, values, l, kl, letters, shared,
+                             True, kl.result)
+  if found is None:
+    return None
+  ops, scale = found
+  return (_scale2(plan, lazy.site) * scale) * _einsum_into(
+      ops, kl.result, shape, _dtype(values))
 
 
-def _group_kernel(plan: Plan, group: _Group, l: int, v1: dict, v2: dict, kl,
-                  letters) -> Array:
+def _group_kernel(plan: Plan, group: _Group, l: int, values: tuple, kl,
+                  letters, shape) -> Optional[Array]:
   first = group.members[0].site
   # `G1 G2^T`, contracted over all of the target's dimensions but examples.
-  s1, s2 = _shared_letters_for_target(plan, first, letters)
-  g_ops = (_form_operands(plan, 0, first, v1, l, kl, letters, s1, x=False) +
-           _form_operands(plan, 1, first, v2, l, kl, letters, s2, x=False))
-  k_g = layout_lib.einsum(*g_ops, result=kl.result)
-  e1, e2 = kl.example1, kl.example2
+  shared = _shared_letters_for_target(plan, first, letters)
+  found = _cheapest_operands(plan, first, values, l, kl, letters, shared,
+                             False, kl.result)
+  if found is None:
+    return None
+  ops, scale = found
+  k_g = scale * _einsum_into(ops, kl.result, shape, _dtype(values))
+  examples = [e for e in (kl.example1, kl.example2) if e is not None]
   k_x = 0.
   for m in group.members:
     t1, t2 = _shared_letters(plan, m.site, letters)
-    x_ops = (_form_operands(plan, 0, m.site, v1, l, kl, letters, t1, g=False) +
-             _form_operands(plan, 1, m.site, v2, l, kl, letters, t2, g=False))
+    x_ops = (_form_operands(plan, 0, m.site, values[0], l, kl, letters, t1,
+                            g=False)[0] +
+             _form_operands(plan, 1, m.site, values[1], l, kl, letters, t2,
+                            g=False)[0])
     scale = _scale2(plan, m.site)
     if not x_ops:
       k_x = k_x + scale
       continue
-    present = [e for e in (e1, e2) if any(e in ls for _, ls in x_ops)]
-    k = layout_lib.einsum(*x_ops, result=present)
-    if e1 is not None and e1 not in present:
-      k = k[None]
-    if e2 is not None and e2 not in present:
-      k = k[..., None] if e1 is not None else k[None]
-    k_x = k_x + scale * k
+    x_shape = shape[:len(examples)]
+    k_x = k_x + scale * _einsum_into(x_ops, examples, x_shape,
+                                     _dtype(values))
   if isinstance(k_x, float) or getattr(k_x, 'ndim', 0) == 0:
     return k_g * k_x
   return k_g * k_x.reshape(k_x.shape + (1,) * (k_g.ndim - k_x.ndim))
 
 
-def _shared_letters_for_target(plan: Plan, site: int, letters):
+def _shared_letters_for_target(plan: Plan, site: int,
+                               letters) -> tuple[dict, dict]:
   """Shared letters for the target's (non-example) dimensions."""
   y1 = plan.sides[0].forms[site].y
   y2 = plan.sides[1].forms[site].y

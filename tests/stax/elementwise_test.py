@@ -10,6 +10,7 @@
 * argument errors.
 """
 import functools
+import math
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -32,41 +33,41 @@ def _gelu_tanh(x):
 _SQRT6 = np.sqrt(6)
 
 # name -> (layer constructor, independent numpy function (None: kernel only),
-#          W_std, Monte Carlo samples (None: see `_EQUIVALENT`)). Every network
-#          has b_std = 0.3.
+#          W_std, Monte Carlo samples (None: kernel only, see
+#          `ExpNormalizedMonteCarloTest`)). Every network has b_std = 0.3.
 CASES = {
     'relu': (lambda: stax.Relu(), lambda x: np.maximum(x, 0), 1.0, 48),
     'abrelu': (lambda: stax.ABRelu(-0.4, 1.5),
                lambda x: np.where(x > 0, 1.5 * x, -0.4 * x), 1.0, 32),
     'leaky_relu': (lambda: stax.LeakyRelu(0.1),
-                   lambda x: np.where(x > 0, x, 0.1 * x), 1.0, None),
-    'abs': (lambda: stax.Abs(), np.abs, 1.0, None),
+                   lambda x: np.where(x > 0, x, 0.1 * x), 1.0, 32),
+    'abs': (lambda: stax.Abs(), np.abs, 1.0, 32),
     'erf': (lambda: stax.Erf(a=1.2, b=0.8, c=0.3),
             lambda x: 1.2 * special.erf(0.8 * x) + 0.3, 1.0, 32),
     'gelu': (lambda: stax.Gelu(),
              lambda x: x * 0.5 * (1 + special.erf(x / np.sqrt(2))), 1.0, 48),
-    'gelu_tanh': (lambda: stax.Gelu(approximate=True), _gelu_tanh, 1.0, None),
+    'gelu_tanh': (lambda: stax.Gelu(approximate=True), _gelu_tanh, 1.0, 32),
     'sign': (lambda: stax.Sign(), np.sign, 1.0, 128),
     'sin': (lambda: stax.Sin(a=1.2, b=0.8, c=0.3),
             lambda x: 1.2 * np.sin(0.8 * x + 0.3), 1.0, 32),
     'cos': (lambda: stax.Cos(a=0.9, b=1.1, c=0.2),
-            lambda x: 0.9 * np.cos(1.1 * x + 0.2), 1.0, None),
+            lambda x: 0.9 * np.cos(1.1 * x + 0.2), 1.0, 32),
     'rbf': (lambda: stax.Rbf(gamma=0.5),
-            lambda x: np.sqrt(2) * np.sin(x + np.pi / 4), 1.0, None),
+            lambda x: np.sqrt(2) * np.sin(x + np.pi / 4), 1.0, 32),
     'exp': (lambda: stax.Exp(a=0.8, b=0.5),
             lambda x: 0.8 * np.exp(0.5 * x), 1.0, 32),
     'gaussian': (lambda: stax.Gaussian(a=1.3, b=-0.6),
                  lambda x: 1.3 * np.exp(-0.6 * x**2), 1.0, 32),
-    'monomial': (lambda: stax.Monomial(2), lambda x: x**2, 0.7, None),
+    'monomial': (lambda: stax.Monomial(2), lambda x: x**2, 0.7, 32),
     'rectified_monomial': (lambda: stax.RectifiedMonomial(2),
                            lambda x: np.maximum(x, 0)**2, 1.0, 64),
     'polynomial': (lambda: stax.Polynomial([0.2, 1., 0.3, -0.1]),
                    lambda x: 0.2 + x + 0.3 * x**2 - 0.1 * x**3, 0.8, 32),
     'hermite': (lambda: stax.Hermite(3),
-                lambda x: (x**3 - 3 * x) / _SQRT6, 0.8, None),
+                lambda x: (x**3 - 3 * x) / _SQRT6, 0.8, 64),
     'sigmoid_like': (lambda: stax.Sigmoid_like(),
                      lambda x: 0.5 * special.erf(x / 2.4020563531719796) + 0.5,
-                     1.0, None),
+                     1.0, 32),
     'gabor': (lambda: stax.Gabor(), lambda x: np.exp(-x**2) * np.sin(x), 1.0,
               32),
     'elementwise_numerical_tanh': (
@@ -82,10 +83,9 @@ _MC_TOL_DEEP = {'rectified_monomial': 0.1}
 _MONTE_CARLO_CASES = [name for name, case in CASES.items()
                       if case[3] is not None]
 
-# Layers that are special cases of a layer checked by Monte Carlo: the same
-# function (checked pointwise) and the same kernel (checked exactly), so a
-# Monte Carlo estimate of theirs would repeat the other's. This keeps the
-# suite within its CI time budget.
+# Layers that are special cases of another layer: the same function (checked
+# pointwise) must give the same kernel (checked exactly), on top of each
+# layer's own Monte Carlo test.
 _EQUIVALENT = {
     'leaky_relu': lambda: stax.ABRelu(0.1, 1.),
     'abs': lambda: stax.ABRelu(-1., 1.),
@@ -141,6 +141,36 @@ def _monte_carlo(name):
   return k.nngp, k.ntk, nngp, ntk
 
 
+def _exp_normalized_features(gamma, shift, degree=10):
+  """A finite-width function whose infinite-width kernel is `ExpNormalized`.
+
+  With `r = rms(u)` over the channels (so `r^2 -> q`) and `z = u / r`,
+
+    phi(u) = r sum_m a_m He_m(z) / sqrt(m!),  a_m^2 = exp(gamma shift)
+                                                      gamma^m / m!,
+
+  and `E[He_m(z1) He_l(z2)] = delta_ml m! rho^m` give
+  `E[phi(u) phi(v)] = sqrt(q1 q2) exp(gamma (rho + shift))`; likewise
+  `E[phi'(u) phi'(v)] = gamma exp(gamma (rho + shift))` (`He_m' = m He_m-1`),
+  up to `O(1 / width)` terms from `r`'s own derivative. Terms past `degree`
+  weigh `gamma^m / m!` (< 1e-9 here).
+  """
+  weights = [math.sqrt(math.exp(gamma * shift) * gamma**m) / math.factorial(m)
+             for m in range(degree + 1)]
+
+  def apply_fn(params, u, **kwargs):
+    del params, kwargs
+    r = jnp.sqrt(jnp.mean(u**2, axis=-1, keepdims=True))
+    z = u / r
+    he_prev, he = jnp.zeros_like(z), jnp.ones_like(z)  # He_-1, He_0
+    out = weights[0] * he
+    for m in range(1, degree + 1):
+      he_prev, he = he, z * he - (m - 1) * he_prev
+      out = out + weights[m] * he
+    return r * out
+  return apply_fn
+
+
 class MonteCarloTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(_params(_MONTE_CARLO_CASES))
@@ -164,14 +194,13 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(_params(_EQUIVALENT))
   def test_special_case_equals_checked_layer(self, name):
-    # Same function pointwise, same kernels: the Monte Carlo test of the
-    # equivalent layer covers this one.
+    # Same function pointwise, so the kernels must be the same too.
     layer_fn, _, w_std, _ = CASES[name]
     layers = (layer_fn(), _EQUIVALENT[name]())
     x = jnp.asarray(np.linspace(-4, 4, 41), jnp.float32)
     atol = 5e-4 if name == 'gelu_tanh' else 1e-6
-    self.assertAllClose(layers[0][1]((), x), layers[1][1]((), x), rtol=0,
-                        atol=atol)
+    self.assertAllClose(layers[0][1]((), x), layers[1][1]((), x),
+                        rtol=4 * _eps(np.float32), atol=atol)
     kernels = []
     for layer in layers:
       _, _, kernel_fn = stax.serial(
@@ -179,6 +208,31 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
           stax.Dense(1, W_std=w_std, b_std=0.3), layer, stax.Dense(1))
       kernels.append(kernel_fn(*_inputs(), ('nngp', 'ntk', 'cov1', 'cov2')))
     self.assertAllClose(kernels[0], kernels[1], rtol=1e-6, atol=1e-6)
+
+  def test_exp_normalized_matches_monte_carlo(self):
+    # No elementwise function has this kernel, but a channel-normalized one
+    # does (see `_exp_normalized_features`): it replaces `apply_fn` in the
+    # finite network, and the analytic kernel must match its estimate.
+    gamma, shift = 0.7, -0.5
+    init_fn, _, kernel_fn = stax.ExpNormalized(gamma=gamma, shift=shift)
+    layer = (init_fn, _exp_normalized_features(gamma, shift), kernel_fn)
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(1024, b_std=0.3), layer, stax.Dense(1024, b_std=0.3),
+        layer, stax.Dense(512, b_std=0.3))
+    with jax.enable_x64(False):
+      x1, x2 = _inputs()
+      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      nngp, ntk = test_utils.monte_carlo_kernels(
+          init_fn, apply_fn, x1, x2, 32, jax.random.PRNGKey(7), batch_size=16)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    # And a plausible mistake (no shift) is rejected at this tolerance.
+    _, _, wrong_fn = stax.serial(
+        stax.Dense(1, b_std=0.3), stax.ExpNormalized(gamma=gamma, shift=-1.),
+        stax.Dense(1, b_std=0.3), stax.ExpNormalized(gamma=gamma, shift=-1.),
+        stax.Dense(1, b_std=0.3))
+    self.assertGreater(test_utils.relative_error(
+        nngp, wrong_fn(x1, x2, 'nngp')), 2 * _MC_TOL)
 
   @parameterized.named_parameters(
       # (layer, a plausible wrong kernel for it)
@@ -494,6 +548,22 @@ class RepresentationTest(test_utils.NeuralTangentsTestCase):
 
 
 class StabilityTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.product(name=_FINITE_CASES, dtype=[np.float32, np.float64])
+  def test_apply_keeps_input_dtype(self, name, dtype):
+    # Under x64 a float32 input must stay float32 (no float64 constants).
+    with jax.enable_x64(True):
+      x = jnp.asarray(np.linspace(-2, 2, 9), dtype)
+      self.assertEqual(CASES[name][0]()[1]((), x).dtype, dtype)
+
+  @parameterized.product(name=list(CASES), dtype=[np.float32, np.float64])
+  def test_kernel_keeps_input_dtype(self, name, dtype):
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(dtype)
+      _, _, kernel_fn = stax.serial(stax.Dense(8), CASES[name][0](),
+                                    stax.Dense(1))
+      k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      self.assertEqual((k.nngp.dtype, k.ntk.dtype), (dtype, dtype))
 
   @parameterized.product(name=list(CASES), dtype=[np.float32, np.float64])
   def test_kernels_are_finite_on_degenerate_inputs(self, name, dtype):

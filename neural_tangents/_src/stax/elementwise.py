@@ -361,7 +361,7 @@ def _arccos_polynomials(degree: int) -> tuple[list[float], list[float]]:
   for n in range(degree):
     p, q = (one_minus_rho2 * p.deriv() + 2 * n * rho * p + q,
             one_minus_rho2 * q.deriv() + (2 * n + 1) * rho * q)
-  return list(p.coef), list(q.coef)
+  return [float(a) for a in p.coef], [float(a) for a in q.coef]
 
 
 def arccos_kernel(degree: int, norm: Array, rho: Array) -> Array:
@@ -827,7 +827,7 @@ def Rbf(gamma: float = 1.0) -> Layer:
     >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
     1.0
   """
-  a, b, c = np.sqrt(2.), np.sqrt(2. * gamma), np.pi / 4
+  a, b, c = math.sqrt(2.), math.sqrt(2. * gamma), math.pi / 4
   return elementwise(lambda x: a * jnp.sin(b * x + c), sin_kernel_map(a, b, c),
                      'Rbf')
 
@@ -1058,8 +1058,9 @@ def Hermite(degree: int) -> Layer:
   """
   degree = _check_int(degree, 'degree', 0, '`Hermite(3)`')
   basis = [0.] * degree + [1.]
-  coef = list(np.polynomial.hermite_e.herme2poly(basis) /
-              math.sqrt(math.factorial(degree)))
+  # Python floats are weakly typed: they keep the input's dtype.
+  coef = [float(a) for a in np.polynomial.hermite_e.herme2poly(basis) /
+          math.sqrt(math.factorial(degree))]
   return elementwise(lambda x: _horner(coef, x), polynomial_kernel_map(coef),
                      'Hermite')
 
