@@ -18,6 +18,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src import empirical
 import test_utils
 
 jax.config.update('jax_enable_x64', True)
@@ -487,6 +488,54 @@ class OtherKernelsTest(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(actual, expected, rtol=1e-12)
     self.assertAllClose(nt.taylor_expand(f, params, 1)(new, x),
                         nt.linearize(f, params)(new, x), rtol=1e-12)
+
+
+def _batch_size_scaled(params, x):
+  # Examples do not interact, but f on a batch of one is a different function.
+  return mlp(params, x) / x.shape[0]
+
+
+def _batch_position_scaled(params, x):
+  return mlp(params, x) * np.arange(1, x.shape[0] + 1)[:, None]
+
+
+class AutoTest(test_utils.NeuralTangentsTestCase):
+  """AUTO weighs per-example and whole-batch formulations when they agree."""
+
+  def _formulation(self, f, vmap_axes, x2=None):
+    params = mlp_params()
+    x1 = _normal(1, (4, 3))
+    return empirical._other_formulation(f, x1, x2, params, {}, (-1,), (),
+                                        vmap_axes)
+
+  def test_per_example_formulation_without_vmap_axes(self):
+    other = self._formulation(mlp, None, _normal(2, (3, 3)))
+    self.assertIsNotNone(other)
+    self.assertTrue(other.per_example)
+    # And the whole-batch one with vmap_axes=0.
+    self.assertFalse(self._formulation(mlp, 0).per_example)
+
+  @parameterized.named_parameters(
+      ('batch_size_literal', _batch_size_scaled),
+      ('batch_position_constant', _batch_position_scaled))
+  def test_no_per_example_formulation_when_batch_of_one_differs(self, f):
+    self.assertIsNone(self._formulation(f, None))
+
+  def test_no_per_example_formulation_when_examples_interact(self):
+    f = lambda p, x: mlp(p, x - jnp.mean(x, axis=0))
+    self.assertIsNone(self._formulation(f, None))
+
+  @parameterized.named_parameters(
+      ('mlp', mlp), ('batch_size_literal', _batch_size_scaled),
+      ('batch_position_constant', _batch_position_scaled))
+  def test_auto_without_vmap_axes_equals_explicit(self, f):
+    params = mlp_params()
+    x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(f, (), (), None, nt.NtkImplementation.AUTO)
+    for second in (None, x2):
+      self.assertAllClose(ntk_fn(x1, second, params),
+                          explicit_ntk(f, params, x1, second, ()),
+                          rtol=_TOL, atol=_TOL)
 
 
 class BadInputTest(test_utils.NeuralTangentsTestCase):

@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import functools
 import math
+import re
 from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
@@ -702,6 +703,10 @@ _FLOPS_PER_BYTE = 8.
 # transposes and small backward passes of the other implementations; their
 # estimated cost is divided by this.
 _STRUCTURED_SPEEDUP = 2.
+# Per-example structured derivatives (under `vmap`) ran 3-10% faster than the
+# same contractions on the whole batch (`separable`) at equal estimated cost,
+# on every workload of `../shared/bench/entk_bench.py`; ties go to them.
+_EXAMPLE_SPEEDUP = 1.1
 
 
 def _candidates(problem: _Problem, params: list, data1: list,
@@ -736,7 +741,8 @@ def _estimated_cost(fn: Callable, problem: _Problem, params: list,
           _FLOPS_PER_BYTE * float(cost.get('bytes accessed', 0.)))
 
 
-def _auto(problems: Sequence[_Problem], params: list, data1: list,
+def _auto(problem: _Problem,
+          other: Callable[[], Optional[_Problem]], params: list, data1: list,
           data2: list, choices: dict) -> tuple[_Problem, Callable]:
   """The cheapest implementation at these shapes (cached per shapes).
 
@@ -745,35 +751,126 @@ def _auto(problems: Sequence[_Problem], params: list, data1: list,
   per-example cotangents if the jaxpr proves batch items independent) is
   lowered at the input shapes, and XLA's cost analysis gives its FLOPs and
   bytes accessed. The cost is `FLOPs + 8 * bytes`, halved for structured
-  derivatives (whose FLOPs are large matrix products); the lowest wins. If no
+  derivatives (whose FLOPs are large matrix products) and divided by a
+  further 1.1 for per-example ones (measured); the lowest wins. If no
   candidate can be lowered (e.g. `f` closes over traced values), structured
   derivatives are used.
 
-  `problems` are equivalent formulations of the same kernel (with
-  `vmap_axes=0`, also the one without `vmap_axes`); the candidates of all of
-  them compete, so giving `vmap_axes` never makes AUTO's choice worse.
+  The candidates of `other()`, an equivalent formulation of the same kernel
+  (see `_other_formulation`), compete too, so that `vmap_axes=0` and
+  `vmap_axes=None` choose among the same implementations whenever they are
+  known to agree.
+
+  Returns:
+    `(problem, fn)`: the formulation and implementation to use.
   """
-  first = problems[0]
   key = (tree_util.tree_structure((params, data1, data2)),
          tuple((np.shape(x), str(jnp.result_type(x)))
                for x in tree_util.tree_leaves((params, data1, data2))),
-         first.symmetric, first.layouts, first.per_example, len(problems))
+         problem.symmetric, problem.layouts, problem.per_example)
   if key not in choices:
+    alternative = other()
+    problems = [problem] if alternative is None else [problem, alternative]
     best, best_cost = (0, _structured), math.inf
-    for i, problem in enumerate(problems):
-      candidates = _candidates(problem, params, data1, data2)
+    for i, candidate_problem in enumerate(problems):
+      candidates = _candidates(candidate_problem, params, data1, data2)
       for name, fn in candidates.items():
         try:
-          cost = _estimated_cost(fn, problem, params, data1, data2)
+          cost = _estimated_cost(fn, candidate_problem, params, data1, data2)
         except Exception:  # pylint: disable=broad-except
           continue  # e.g. f closes over tracers; such a candidate is skipped.
         if name.startswith('structured'):
           cost /= _STRUCTURED_SPEEDUP
+        if name == f'structured_{sd.Mode.EXAMPLE.value}':
+          cost /= _EXAMPLE_SPEEDUP
         if cost < best_cost:
           best, best_cost = (i, fn), cost
     choices[key] = best
   i, fn = choices[key]
-  return problems[i], fn
+  return (problem if i == 0 else other()), fn
+
+
+def _other_formulation(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
+                       params: PyTree, kwargs: dict[str, Any],
+                       trace_axes: tuple[int, ...],
+                       diagonal_axes: tuple[int, ...],
+                       vmap_axes: VMapAxes) -> Optional[_Problem]:
+  """The same kernel with `vmap_axes` 0 <-> None, where both provably agree.
+
+  With `vmap_axes=0` the user promises that examples do not interact, and
+  then the whole-batch formulation (`vmap_axes=None`) gives the same kernel.
+  Without `vmap_axes`, the per-example formulation (`vmap_axes=0`) is used
+  only if (a) the jaxpr proves that examples do not interact, and (b) `f` on
+  a batch of one is the same program as on the whole batch up to the batch
+  size (no constant depends on it, e.g. `x / x.shape[0]`).
+  """
+  if _is_axis_zero(vmap_axes):
+    return _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
+                  None)[0]
+  if vmap_axes is not None:
+    return None
+  whole, p, d1, d2 = _setup(f, x1, x2, params, kwargs, trace_axes,
+                            diagonal_axes, None)
+  try:
+    per_example = _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
+                         0)[0]
+    _structured_plan(whole, p, d1, d2, sd.Mode.SEPARABLE)  # Proves (a).
+  except (ValueError, sd.Unsupported):
+    return None
+  for side, data in zip(per_example.sides, (d1, d2)):
+    if not _batch_of_one_agrees(side, p, data):
+      return None
+  return per_example
+
+
+def _batch_of_one_agrees(side: _Side, params: list, data: list) -> bool:
+  """Whether `side.fn` is the same program at batch sizes N and 1.
+
+  `side.fn` is traced at batch sizes N, 1 and a probe size P (a prime that
+  appears nowhere in the batch-N jaxpr). Replacing P by N (resp. 1) in the
+  batch-P jaxpr's text must give the batch-N (resp. batch-1) jaxpr's text,
+  and all constants must be equal: so every occurrence of the batch size is
+  a batch axis, and nothing else (a literal such as `x / x.shape[0]`, a
+  constant, a Python branch on the batch size) depends on it. Any difference
+  makes the check fail, which is safe: the per-example formulation is then
+  not used.
+  """
+  n = side.n
+  if n < 2 or any(a not in (None, 0) for a in side.data_axes):
+    return False
+  p_avals = [_abstract(x) for x in params]
+  full = [_abstract(d) for d in data]
+
+  def trace(size):
+    batch = [a if axis is None else
+             jax.ShapeDtypeStruct((size,) + a.shape[1:], a.dtype)
+             for a, axis in zip(full, side.data_axes)]
+    return jax.make_jaxpr(side.fn)(p_avals, batch)
+
+  def size_to(text, old, new):
+    return re.sub(rf'(?<![\w.]){old}(?![\w.])', str(new), text)
+
+  def text(jaxpr):  # Line breaks of the printed jaxpr depend on line lengths.
+    return ' '.join(str(jaxpr).split())
+
+  try:
+    jaxpr_n = trace(n)
+    text_n = text(jaxpr_n)
+    probe = next(q for q in (1009, 1013, 1019, 1021)
+                 if q != n and not re.search(rf'(?<![\w.]){q}(?![\w.])',
+                                             text_n))
+    jaxpr_p, jaxpr_1 = trace(probe), trace(1)
+    text_p = text(jaxpr_p)
+    if (size_to(text_p, probe, n) != text_n or
+        size_to(text_p, probe, 1) != text(jaxpr_1)):
+      return False
+    consts = [jaxpr_n.consts, jaxpr_p.consts, jaxpr_1.consts]
+    return all(len(c) == len(consts[0]) for c in consts) and all(
+        np.shape(a) == np.shape(b) and
+        np.array_equal(np.asarray(a), np.asarray(b))
+        for c in consts[1:] for a, b in zip(consts[0], c))
+  except Exception:  # pylint: disable=broad-except
+    return False  # e.g. no probe size, or a constant closed over a tracer.
 
 
 def _is_axis_zero(vmap_axes: VMapAxes) -> bool:
@@ -854,11 +951,10 @@ def empirical_ntk_fn(
     problem, p, d1, d2 = _setup(f, x1, x2, params, apply_fn_kwargs,
                                 trace_axes, diagonal_axes, vmap_axes)
     if implementation == NtkImplementation.AUTO:
-      problems = [problem]
-      if _is_axis_zero(vmap_axes):  # The same kernel, without vmap_axes.
-        problems.append(_setup(f, x1, x2, params, apply_fn_kwargs, trace_axes,
-                               diagonal_axes, None)[0])
-      problem, fn = _auto(problems, p, d1, d2, choices)
+      other = functools.partial(_other_formulation, f, x1, x2, params,
+                                apply_fn_kwargs, trace_axes, diagonal_axes,
+                                vmap_axes)
+      problem, fn = _auto(problem, other, p, d1, d2, choices)
     else:
       fn = _IMPLEMENTATIONS[implementation]
     kernels = fn(problem, p, d1, d2)
