@@ -525,6 +525,21 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
     f = lambda p, x: mlp(p, x - jnp.mean(x, axis=0))
     self.assertIsNone(self._formulation(f, None))
 
+  def test_choice_is_per_static_keyword_value(self):
+    # Examples interact only with `train=True`: the choice made for
+    # `train=False` (per-example derivatives) must not be reused for it.
+    def f(params, x, train=False):
+      y = mlp(params, x)
+      return y - jnp.mean(y, axis=0) if train else y
+    params = mlp_params()
+    x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(f, (), (), None, nt.NtkImplementation.AUTO)
+    for train in (False, True, False):
+      self.assertAllClose(
+          ntk_fn(x1, x2, params, train=train),
+          explicit_ntk(functools.partial(f, train=train), params, x1, x2, ()),
+          rtol=_TOL, atol=_TOL)
+
   @parameterized.named_parameters(
       ('mlp', mlp), ('batch_size_literal', _batch_size_scaled),
       ('batch_position_constant', _batch_position_scaled))

@@ -136,6 +136,24 @@ def _dynamic_kwargs(kwargs: dict[str, Any]) -> tuple[dict, dict]:
   return dynamic, static
 
 
+def _static_key(kwargs: dict[str, Any]) -> tuple:
+  """Identifies the non-array keyword arguments (e.g. `mode='train'`).
+
+  `f` may compute differently for other values, so AUTO's choice is cached
+  per value (per object, for unhashable values).
+  """
+  _, static = _dynamic_kwargs(kwargs)
+  items = []
+  for name in sorted(static):
+    value = static[name]
+    try:
+      hash(value)
+      items.append((name, value))
+    except TypeError:
+      items.append((name, id(value)))
+  return tuple(items)
+
+
 def _is_raw_key(x: Any) -> bool:
   """A legacy PRNG key (uint32[2]) or typed key array, shared by default."""
   dtype = getattr(x, 'dtype', None)
@@ -742,8 +760,9 @@ def _estimated_cost(fn: Callable, problem: _Problem, params: list,
 
 
 def _auto(problem: _Problem,
-          other: Callable[[], Optional[_Problem]], params: list, data1: list,
-          data2: list, choices: dict) -> tuple[_Problem, Callable]:
+          other: Callable[..., Optional[_Problem]], params: list, data1: list,
+          data2: list, static_key: tuple, choices: dict
+          ) -> tuple[_Problem, Callable]:
   """The cheapest implementation at these shapes (cached per shapes).
 
   Each candidate (Jacobian contraction, NTK-vector products, structured
@@ -756,8 +775,8 @@ def _auto(problem: _Problem,
   candidate can be lowered (e.g. `f` closes over traced values), structured
   derivatives are used.
 
-  The candidates of `other()`, an equivalent formulation of the same kernel
-  (see `_other_formulation`), compete too, so that `vmap_axes=0` and
+  The candidates of `other(verify=True)`, an equivalent formulation of the
+  same kernel (see `_other_formulation`), compete too, so that `vmap_axes=0` and
   `vmap_axes=None` choose among the same implementations whenever they are
   known to agree.
 
@@ -767,9 +786,9 @@ def _auto(problem: _Problem,
   key = (tree_util.tree_structure((params, data1, data2)),
          tuple((np.shape(x), str(jnp.result_type(x)))
                for x in tree_util.tree_leaves((params, data1, data2))),
-         problem.symmetric, problem.layouts, problem.per_example)
+         problem.symmetric, problem.layouts, problem.per_example, static_key)
   if key not in choices:
-    alternative = other()
+    alternative = other(verify=True)
     problems = [problem] if alternative is None else [problem, alternative]
     best, best_cost = (0, _structured), math.inf
     for i, candidate_problem in enumerate(problems):
@@ -787,14 +806,16 @@ def _auto(problem: _Problem,
           best, best_cost = (i, fn), cost
     choices[key] = best
   i, fn = choices[key]
-  return (problem if i == 0 else other()), fn
+  # Whether the other formulation agrees was verified for these shapes.
+  return (problem if i == 0 else other(verify=False)), fn
 
 
 def _other_formulation(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
                        params: PyTree, kwargs: dict[str, Any],
                        trace_axes: tuple[int, ...],
                        diagonal_axes: tuple[int, ...],
-                       vmap_axes: VMapAxes) -> Optional[_Problem]:
+                       vmap_axes: VMapAxes,
+                       verify: bool = True) -> Optional[_Problem]:
   """The same kernel with `vmap_axes` 0 <-> None, where both provably agree.
 
   With `vmap_axes=0` the user promises that examples do not interact, and
@@ -802,18 +823,21 @@ def _other_formulation(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
   Without `vmap_axes`, the per-example formulation (`vmap_axes=0`) is used
   only if (a) the jaxpr proves that examples do not interact, and (b) `f` on
   a batch of one is the same program as on the whole batch up to the batch
-  size (no constant depends on it, e.g. `x / x.shape[0]`).
+  size (no constant depends on it, e.g. `x / x.shape[0]`). `verify=False`
+  skips (a) and (b), for shapes at which they were already verified.
   """
   if _is_axis_zero(vmap_axes):
     return _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
                   None)[0]
   if vmap_axes is not None:
     return None
-  whole, p, d1, d2 = _setup(f, x1, x2, params, kwargs, trace_axes,
-                            diagonal_axes, None)
   try:
     per_example = _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
                          0)[0]
+    if not verify:
+      return per_example
+    whole, p, d1, d2 = _setup(f, x1, x2, params, kwargs, trace_axes,
+                              diagonal_axes, None)
     _structured_plan(whole, p, d1, d2, sd.Mode.SEPARABLE)  # Proves (a).
   except (ValueError, sd.Unsupported):
     return None
@@ -954,7 +978,8 @@ def empirical_ntk_fn(
       other = functools.partial(_other_formulation, f, x1, x2, params,
                                 apply_fn_kwargs, trace_axes, diagonal_axes,
                                 vmap_axes)
-      problem, fn = _auto(problem, other, p, d1, d2, choices)
+      problem, fn = _auto(problem, other, p, d1, d2,
+                          _static_key(apply_fn_kwargs), choices)
     else:
       fn = _IMPLEMENTATIONS[implementation]
     kernels = fn(problem, p, d1, d2)
