@@ -49,6 +49,7 @@ from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
@@ -272,26 +273,6 @@ def permute_spatial(x: Array, n_batch: int, perm: Sequence[int],
 
 # -----------------------------------------------------------------------------
 # Argument checks and layouts.
-
-
-def _positive_ints(value, name: str, layer_name: str,
-                   length: Optional[int] = None) -> tuple[int, ...]:
-  try:
-    values = tuple(value)
-  except TypeError:
-    values = None
-  if (values is None or not values or
-      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
-          for v in values)):
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must be a non-empty tuple of positive '
-        f'ints; got {value!r}. Pass e.g. {name}=(3, 3) for images.')
-  if length is not None and len(values) != length:
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must have one entry per spatial '
-        f'dimension of the filter/window ({length}); got {value!r} of length '
-        f'{len(values)}. Pass {length} values, or None for all 1s.')
-  return values
 
 
 def _default_spatial_chars(n: int) -> str:
@@ -524,10 +505,11 @@ class _ConvSpec:
 def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
                dimension_numbers, parameterization, s) -> _ConvSpec:
   out_chan = _check_out_chan(out_chan, name)
-  filter_shape = _positive_ints(filter_shape, 'filter_shape', name)
+  filter_shape = utils.positive_ints(filter_shape, 'filter_shape', name)
   n = len(filter_shape)
   strides = ((1,) * n if strides is None else
-             _positive_ints(strides, 'strides', name, n))
+             utils.positive_ints(strides, 'strides', name, n,
+                                 'spatial dimension of the filter/window'))
   return _ConvSpec(
       name=name,
       out_chan=out_chan,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax import random
 
 from neural_tangents._src.stax.requirements import Bool
+from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
@@ -59,18 +60,6 @@ def _parameterization(parameterization: str) -> Parameterization:
     raise ValueError(
         f'`parameterization` must be "ntk" or "standard"; got '
         f'{parameterization!r}.') from None
-
-
-def _check_axes_match(k: Kernel, batch_axis: int, channel_axis: int,
-                      name: str) -> None:
-  ndim = len(k.shape1)
-  if (batch_axis % ndim != k.batch_axis % ndim or
-      channel_axis % ndim != k.channel_axis % ndim):
-    raise ValueError(
-        f'`{name}(batch_axis={batch_axis}, channel_axis={channel_axis})` does '
-        f'not match the layout of its inputs (batch_axis={k.batch_axis}, '
-        f'channel_axis={k.channel_axis}). Pass the same axes to every layer, '
-        'or the axes of the first layer to this one.')
 
 
 def _affine(x: Optional[jax.Array], W_std: float,
@@ -177,7 +166,7 @@ def Dense(out_dim: int,
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_axes_match(k, batch_axis, channel_axis, 'Dense')
+    check_layout(k, batch_axis, channel_axis, 'Dense')
     ntk = k.ntk
     if param == Parameterization.NTK:
       nngp = _affine(k.nngp, W_std, b_std)

@@ -44,6 +44,7 @@ from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
@@ -78,26 +79,6 @@ def _check_kernel_axes(k: Kernel, batch_axis: int, channel_axis: int,
         f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
         f'channel_axis={k.channel_axis}). Pass the axes of the previous '
         'layer\'s outputs.')
-
-
-def _positive_ints(value, name: str, layer_name: str,
-                   length: Optional[int] = None) -> tuple[int, ...]:
-  try:
-    values = tuple(value)
-  except TypeError:
-    values = None
-  if (values is None or not values or
-      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
-          for v in values)):
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must be a non-empty tuple of positive '
-        f'ints; got {value!r}. Pass e.g. {name}=(2, 2) for images.')
-  if length is not None and len(values) != length:
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must have one entry per entry of '
-        f'`window_shape` ({length}); got {value!r} of length {len(values)}. '
-        f'Pass {length} values, or None for all 1s.')
-  return values
 
 
 def _pool_windows(shape: Sequence[int], spatial_axes: Sequence[int],
@@ -174,10 +155,12 @@ def _pool(layer_name: str, window_shape, strides, padding,
           normalize_edges: bool, batch_axis: int, channel_axis: int,
           average: bool) -> Layer:
   """A sliding-window pooling layer (see the module docstring)."""
-  window_shape = _positive_ints(window_shape, 'window_shape', layer_name)
+  window_shape = utils.positive_ints(window_shape, 'window_shape',
+                                     layer_name, example='(2, 2)')
   n = len(window_shape)
   strides = ((1,) * n if strides is None else
-             _positive_ints(strides, 'strides', layer_name, n))
+             utils.positive_ints(strides, 'strides', layer_name, n,
+                                 'entry of `window_shape`', '(2, 2)'))
   padding = padding_of(padding)
 
   def windows(shape):

@@ -544,3 +544,26 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
 def kernel_op_of(kernel_fn: Callable) -> Callable:
   """The `Kernel -> Kernel` op behind a public `kernel_fn`."""
   return getattr(kernel_fn, 'kernel_op', kernel_fn)
+
+
+def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
+                 layer_name: str) -> None:
+  """Raises a `ValueError` if a layer's axes differ from its input kernel's.
+
+  Args:
+    k: the input kernel.
+    batch_axis, channel_axis: the axes the layer was built with.
+    layer_name: the layer, for the message.
+
+  Example:
+    >>> k = inputs_to_kernel(jnp.ones((2, 3)), None)
+    >>> check_layout(k, 0, -1, 'Dense')  # Matches: no error.
+  """
+  ndim = len(k.shape1)
+  if (batch_axis % ndim != k.batch_axis % ndim or
+      channel_axis % ndim != k.channel_axis % ndim):
+    raise ValueError(
+        f'`{layer_name}(batch_axis={batch_axis}, channel_axis={channel_axis})` '
+        f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
+        f'channel_axis={k.channel_axis}). Pass the same axes to every layer, '
+        'or the axes of the first layer to this one.')

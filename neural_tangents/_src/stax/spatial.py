@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax.requirements import Bool
+from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
@@ -27,17 +28,6 @@ from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
-
-
-def _check_layout(k: Kernel, batch_axis: int, channel_axis: int,
-                  name: str) -> None:
-  ndim = len(k.shape1)
-  if (batch_axis % ndim != k.batch_axis % ndim or
-      channel_axis % ndim != k.channel_axis % ndim):
-    raise ValueError(
-        f'`{name}(batch_axis={batch_axis}, channel_axis={channel_axis})` does '
-        f'not match the layout of its inputs (batch_axis={k.batch_axis}, '
-        f'channel_axis={k.channel_axis}). Pass the same axes to every layer.')
 
 
 def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int) -> list[int]:
@@ -161,7 +151,7 @@ def ImageResize(shape: Sequence[int],
             diagonal_spatial=Diagonal(input=Bool.MAYBE if selects else
                                       Bool.NO))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_layout(k, batch_axis, channel_axis, 'ImageResize')
+    check_layout(k, batch_axis, channel_axis, 'ImageResize')
     if not selects:
       k = ensure_full_spatial(k)
     out1 = _resize_shape(shape, k.shape1, batch_axis, channel_axis)
@@ -307,7 +297,7 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_layout(k, batch_axis, channel_axis, 'Index')
+    check_layout(k, batch_axis, channel_axis, 'Index')
     ndim = len(k.shape1)
     full = resolve(ndim)
     b, c = k.batch_axis % ndim, k.channel_axis % ndim
@@ -487,7 +477,7 @@ def DotGeneral(lhs: Optional[Array] = None,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
                 input=Bool.NO if const is not None else Bool.MAYBE))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_layout(k, batch_axis, channel_axis, 'DotGeneral')
+    check_layout(k, batch_axis, channel_axis, 'DotGeneral')
     if const is None:
       return k
     k = ensure_full_spatial(k)
