@@ -556,7 +556,8 @@ def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
     layer_name: the layer, for the message.
 
   Example:
-    >>> k = inputs_to_kernel(jnp.ones((2, 3)), None)
+    >>> k = inputs_to_kernel(jnp.ones((2, 3)), None, diagonal_batch=True,
+    ...                      diagonal_spatial=False, compute_ntk=True)
     >>> check_layout(k, 0, -1, 'Dense')  # Matches: no error.
   """
   ndim = len(k.shape1)
