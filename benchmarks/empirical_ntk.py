@@ -29,7 +29,7 @@ def fcn():
 
 
 def resnet():
-  """A small ResNet-like convolutional network."""
+  """A small ResNet: two residual blocks as one `stax.repeat` (a scan)."""
   block = stax.serial(
       stax.FanOut(2),
       stax.parallel(
@@ -39,7 +39,7 @@ def resnet():
           stax.Identity()),
       stax.FanInSum(), stax.Relu())
   return stax.serial(stax.Conv(32, (3, 3), padding='SAME'), stax.Relu(),
-                     block, block, stax.GlobalAvgPool(),
+                     stax.repeat(block, 2), stax.GlobalAvgPool(),
                      stax.Dense(10)), (8, 16, 16, 3)
 
 
