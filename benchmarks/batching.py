@@ -32,29 +32,12 @@ import subprocess
 import sys
 import time
 
+import process_memory  # benchmarks/process_memory.py
+
 N = 4096
 FEATURES = 32
 BATCH_SIZE = 256
 WARMUP_N = 512
-
-
-def _status_mib(field: str) -> float:
-  """A memory field (`VmHWM`, `VmRSS`) of this process, in MiB."""
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith(field + ':'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
-
-
-def _reset_peak() -> bool:
-  """Resets `VmHWM` to the current resident size (Linux >= 4.0)."""
-  try:
-    with open('/proc/self/clear_refs', 'w') as f:
-      f.write('5')
-    return True
-  except OSError:
-    return False
 
 
 def measure(store_on_device: bool, device_count: int) -> dict:
@@ -79,12 +62,12 @@ def measure(store_on_device: bool, device_count: int) -> dict:
   jax.block_until_ready(batched(x1[:WARMUP_N], x2[:WARMUP_N], 'ntk'))
   warmup_seconds = time.perf_counter() - start
 
-  rss_before = _status_mib('VmRSS')
-  peak_reset = _reset_peak()
+  rss_before = process_memory.status_mib('VmRSS')
+  peak_reset = process_memory.reset_peak()
   start = time.perf_counter()
   ntk = jax.block_until_ready(batched(x1, x2, 'ntk'))
   seconds = time.perf_counter() - start
-  peak = _status_mib('VmHWM')
+  peak = process_memory.status_mib('VmHWM')
   if not peak_reset:  # Peak over the whole process: an upper bound.
     rss_before = min(rss_before, peak)
   return dict(

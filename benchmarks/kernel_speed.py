@@ -31,36 +31,11 @@ import subprocess
 import sys
 import time
 
+import process_memory  # benchmarks/process_memory.py
+
 BATCH_SIZE = 8
 IMAGE_SHAPE = (32, 32, 3)
 FCN_N, FCN_FEATURES = 1024, 3072
-
-
-def _status_mib(field: str) -> float:
-  """A memory field (`VmHWM`, `VmRSS`) of this process, in MiB."""
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith(field + ':'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
-
-
-def _reset_peak() -> bool:
-  """Resets `VmHWM` to the current resident size (Linux >= 4.0)."""
-  try:
-    with open('/proc/self/clear_refs', 'w') as f:
-      f.write('5')
-    return True
-  except OSError:
-    return False
-
-
-def _available_mib() -> float:
-  with open('/proc/meminfo') as f:
-    for line in f:
-      if line.startswith('MemAvailable:'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
 
 
 def _myrtle5():
@@ -101,8 +76,8 @@ def measure(case: str, n: int, repeats: int) -> dict:
   device = jax.devices()[0]
   # Freed buffers stay in the process (allocator caches), so the peak is
   # measured from before the first call, which allocates them.
-  rss_before = _status_mib('VmRSS')
-  peak_reset = _reset_peak()
+  rss_before = process_memory.status_mib('VmRSS')
+  peak_reset = process_memory.reset_peak()
   start = time.perf_counter()
   jax.block_until_ready(fn(x1, x2, get='ntk'))
   first_seconds = time.perf_counter() - start
@@ -120,7 +95,8 @@ def measure(case: str, n: int, repeats: int) -> dict:
     memory_method = ('process peak RSS (VmHWM) minus RSS before the first '
                      'call' + ('' if peak_reset else
                                ' (peak not resettable: since start)'))
-    peak_mib = _status_mib('VmHWM') - (rss_before if peak_reset else 0.)
+    peak_mib = (process_memory.status_mib('VmHWM') -
+                (rss_before if peak_reset else 0.))
   ntk = np.asarray(ntk)
   return dict(
       benchmark='kernel_speed', case=case, pairs=f'{n}x{n}',
@@ -162,7 +138,7 @@ def main(quick: bool) -> None:
   covariance_mib = n_large**2 * 32**4 * 4 / 2**20
   needed_mib = results['myrtle5_8'].get('peak_memory_mib', float('inf')) * (
       n_large / 8)**2
-  available_mib = _available_mib()
+  available_mib = process_memory.available_mib()
   if not needed_mib < 0.8 * available_mib:
     report('myrtle5_direct', dict(
         benchmark='kernel_speed', case='myrtle5_direct',

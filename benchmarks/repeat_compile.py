@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import process_memory  # benchmarks/process_memory.py
+
 DEPTHS = {
     'serial_unfolded': (10, 100, 1000),
     'serial_folded': (10, 100, 1000),
@@ -27,23 +29,6 @@ DEPTHS = {
 }
 # Unfolded `serial` stops at the first depth that takes longer than this.
 STOP_AFTER_SECONDS = 60.
-
-
-def _peak_rss_mb() -> float:
-  """Peak resident set size of this process (Linux `VmHWM`), in MB."""
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith('VmHWM:'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
-
-
-def _current_rss_mb() -> float:
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith('VmRSS:'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
 
 
 def measure(construction: str, depth: int) -> dict:
@@ -62,7 +47,7 @@ def measure(construction: str, depth: int) -> dict:
   x = jax.random.normal(jax.random.PRNGKey(0), (8, 64))
   _, params = init_fn(jax.random.PRNGKey(1), x.shape)
   jax.block_until_ready(params)
-  rss_before = _current_rss_mb()
+  rss_before = process_memory.status_mib('VmRSS')
 
   start = time.perf_counter()
   compiled = jax.jit(lambda x: kernel_fn(x, x, 'ntk')).lower(x).compile()
@@ -72,7 +57,7 @@ def measure(construction: str, depth: int) -> dict:
   start = time.perf_counter()
   jax.jit(apply_fn).lower(params, x).compile()
   apply_seconds = time.perf_counter() - start
-  peak = _peak_rss_mb()
+  peak = process_memory.status_mib('VmHWM')
   return dict(kernel_compile_s=round(kernel_seconds, 3),
               apply_compile_s=round(apply_seconds, 3),
               peak_rss_mb=round(peak, 1),

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
+from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -224,16 +225,6 @@ def diagonal_window_sum(x: Array, axes: Sequence[Sequence[int]],
         tap = _strided(tap, axis, i, dim)
     out = tap if out is None else out + tap
   return out
-
-
-def map_covariances(k: Kernel, fn: Callable[[Array, int], Array]) -> Kernel:
-  """Applies `fn(array, n_batch_axes)` to `nngp`, `ntk`, `cov1`, `cov2`."""
-  n_cov_batch = 1 if k.diagonal_batch else 2
-  return k.replace(
-      nngp=fn(k.nngp, 2),
-      ntk=None if k.ntk is None else fn(k.ntk, 2),
-      cov1=fn(k.cov1, n_cov_batch),
-      cov2=None if k.cov2 is None else fn(k.cov2, n_cov_batch))
 
 
 def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],

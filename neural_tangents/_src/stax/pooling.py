@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax.convolution import conv_window
-from neural_tangents._src.stax.convolution import map_covariances
 from neural_tangents._src.stax.convolution import Padding
 from neural_tangents._src.stax.convolution import padding_of
 from neural_tangents._src.stax.convolution import prepare_axis
@@ -40,6 +39,7 @@ from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
+from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib

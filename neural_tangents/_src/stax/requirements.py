@@ -325,7 +325,7 @@ def ensure_full_spatial(k: Kernel) -> Kernel:
   """
   if not k.diagonal_spatial or k.n_spatial == 0:
     return k
-  return _map_covariances(k, _embed_spatial_diagonal).replace(
+  return map_covariances(k, _embed_spatial_diagonal).replace(
       diagonal_spatial=False)
 
 
@@ -359,10 +359,10 @@ def match_representation(k: Any, allowed: Any) -> Any:
   if k.n_spatial == 0 or k.diagonal_spatial == allowed.diagonal_spatial:
     pass
   elif k.diagonal_spatial:
-    k = _map_covariances(k, _embed_spatial_diagonal).replace(
+    k = map_covariances(k, _embed_spatial_diagonal).replace(
         diagonal_spatial=False)
   else:
-    k = _map_covariances(k, kernel_lib.spatial_diagonal).replace(
+    k = map_covariances(k, kernel_lib.spatial_diagonal).replace(
         diagonal_spatial=True)
   if k.diagonal_batch != allowed.diagonal_batch and not k.diagonal_batch:
     k = k.replace(cov1=kernel_lib.batch_diagonal(k.cov1),
@@ -372,8 +372,8 @@ def match_representation(k: Any, allowed: Any) -> Any:
   return k
 
 
-def _map_covariances(k: Kernel, fn: Callable[[jax.Array, int],
-                                              jax.Array]) -> Kernel:
+def map_covariances(k: Kernel,
+                    fn: Callable[[jax.Array, int], jax.Array]) -> Kernel:
   """Applies `fn(array, n_batch_axes)` to `nngp`, `ntk`, `cov1`, `cov2`."""
   n_cov_batch = 1 if k.diagonal_batch else 2
   return k.replace(
