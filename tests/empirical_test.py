@@ -503,10 +503,16 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
   """AUTO weighs per-example and whole-batch formulations when they agree."""
 
   def _formulation(self, f, vmap_axes, x2=None):
+    # As `AUTO` calls it: separability comes from planning the candidates.
     params = mlp_params()
     x1 = _normal(1, (4, 3))
-    return empirical._other_formulation(f, x1, x2, params, {}, (-1,), (),
-                                        vmap_axes)
+    setup = functools.partial(empirical._setup, f, x1, x2, params, {}, (-1,),
+                              ())
+    problem, p, d1, d2 = setup(vmap_axes)
+    separable = empirical._SEPARABLE in empirical._candidates(problem, p, d1,
+                                                              d2)
+    return empirical._other_formulation(setup, vmap_axes, p, d1, d2,
+                                        separable=separable)
 
   def test_per_example_formulation_without_vmap_axes(self):
     other = self._formulation(mlp, None, _normal(2, (3, 3)))

@@ -727,6 +727,14 @@ _STRUCTURED_SPEEDUP = 2.
 _EXAMPLE_SPEEDUP = 1.1
 
 
+def _structured_name(mode: sd.Mode) -> str:
+  return f'structured_{mode.value}'
+
+
+_SEPARABLE = _structured_name(sd.Mode.SEPARABLE)
+_EXAMPLE = _structured_name(sd.Mode.EXAMPLE)
+
+
 def _candidates(problem: _Problem, params: list, data1: list,
                 data2: list) -> dict[str, Callable]:
   """The implementations AUTO compares, for this problem."""
@@ -741,7 +749,7 @@ def _candidates(problem: _Problem, params: list, data1: list,
       plan, _ = _structured_plan(problem, params, data1, data2, mode)
     except sd.Unsupported:
       continue
-    candidates[f'structured_{mode.value}'] = functools.partial(
+    candidates[_structured_name(mode)] = functools.partial(
         _planned_structured, plan, mode)
   return candidates
 
@@ -775,10 +783,10 @@ def _auto(problem: _Problem,
   candidate can be lowered (e.g. `f` closes over traced values), structured
   derivatives are used.
 
-  The candidates of `other(verify=True)`, an equivalent formulation of the
-  same kernel (see `_other_formulation`), compete too, so that `vmap_axes=0` and
-  `vmap_axes=None` choose among the same implementations whenever they are
-  known to agree.
+  The candidates of `other(verify=True, separable=...)`, an equivalent
+  formulation of the same kernel (see `_other_formulation`), compete too, so
+  that `vmap_axes=0` and `vmap_axes=None` choose among the same
+  implementations whenever they are known to agree.
 
   Returns:
     `(problem, fn)`: the formulation and implementation to use.
@@ -788,11 +796,14 @@ def _auto(problem: _Problem,
                for x in tree_util.tree_leaves((params, data1, data2))),
          problem.symmetric, problem.layouts, problem.per_example, static_key)
   if key not in choices:
-    alternative = other(verify=True)
-    problems = [problem] if alternative is None else [problem, alternative]
+    candidates = _candidates(problem, params, data1, data2)
+    alternative = other(verify=True, separable=_SEPARABLE in candidates)
+    options = [(problem, candidates)]
+    if alternative is not None:
+      options.append((alternative,
+                      _candidates(alternative, params, data1, data2)))
     best, best_cost = (0, _structured), math.inf
-    for i, candidate_problem in enumerate(problems):
-      candidates = _candidates(candidate_problem, params, data1, data2)
+    for i, (candidate_problem, candidates) in enumerate(options):
       for name, fn in candidates.items():
         try:
           cost = _estimated_cost(fn, candidate_problem, params, data1, data2)
@@ -800,7 +811,7 @@ def _auto(problem: _Problem,
           continue  # e.g. f closes over tracers; such a candidate is skipped.
         if name.startswith('structured'):
           cost /= _STRUCTURED_SPEEDUP
-        if name == f'structured_{sd.Mode.EXAMPLE.value}':
+        if name == _EXAMPLE:
           cost /= _EXAMPLE_SPEEDUP
         if cost < best_cost:
           best, best_cost = (i, fn), cost
@@ -810,40 +821,44 @@ def _auto(problem: _Problem,
   return (problem if i == 0 else other(verify=False)), fn
 
 
-def _other_formulation(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
-                       params: PyTree, kwargs: dict[str, Any],
-                       trace_axes: tuple[int, ...],
-                       diagonal_axes: tuple[int, ...],
-                       vmap_axes: VMapAxes,
-                       verify: bool = True) -> Optional[_Problem]:
+def _other_formulation(setup: Callable[[VMapAxes], tuple],
+                       vmap_axes: VMapAxes, params: list, data1: list,
+                       data2: list, verify: bool = True,
+                       separable: bool = False) -> Optional[_Problem]:
   """The same kernel with `vmap_axes` 0 <-> None, where both provably agree.
 
   With `vmap_axes=0` the user promises that examples do not interact, and
   then the whole-batch formulation (`vmap_axes=None`) gives the same kernel.
   Without `vmap_axes`, the per-example formulation (`vmap_axes=0`) is used
-  only if (a) the jaxpr proves that examples do not interact, and (b) `f` on
-  a batch of one is the same program as on the whole batch up to the batch
-  size (no constant depends on it, e.g. `x / x.shape[0]`). `verify=False`
-  skips (a) and (b), for shapes at which they were already verified.
+  only if (a) the jaxpr proves that examples do not interact (`separable`:
+  structured derivatives could be planned in `SEPARABLE` mode without
+  `vmap_axes`), and (b) `f` on a batch of one is the same program as on the
+  whole batch up to the batch size (no constant depends on it, e.g.
+  `x / x.shape[0]`). `verify=False` skips (a) and (b), for shapes at which
+  they were already verified.
+
+  Args:
+    setup: `setup(vmap_axes)` is `_setup` of this call with those axes.
+    vmap_axes: the user's `vmap_axes`.
+    params, data1, data2: the arrays of `setup(vmap_axes)`.
+    verify: whether to check (a) and (b).
+    separable: (a), when `vmap_axes` is None.
+
+  Returns:
+    The other formulation's problem, or None.
   """
-  if _is_axis_zero(vmap_axes):
-    return _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
-                  None)[0]
-  if vmap_axes is not None:
+  if _is_int(vmap_axes) and vmap_axes == 0:
+    return setup(None)[0]
+  if vmap_axes is not None or (verify and not separable):
     return None
   try:
-    per_example = _setup(f, x1, x2, params, kwargs, trace_axes, diagonal_axes,
-                         0)[0]
-    if not verify:
-      return per_example
-    whole, p, d1, d2 = _setup(f, x1, x2, params, kwargs, trace_axes,
-                              diagonal_axes, None)
-    _structured_plan(whole, p, d1, d2, sd.Mode.SEPARABLE)  # Proves (a).
-  except (ValueError, sd.Unsupported):
+    per_example = setup(0)[0]
+  except ValueError:
     return None
-  for side, data in zip(per_example.sides, (d1, d2)):
-    if not _batch_of_one_agrees(side, p, data):
-      return None
+  if verify and not all(_batch_of_one_agrees(side, params, data)
+                        for side, data in zip(per_example.sides,
+                                              (data1, data2))):
+    return None
   return per_example
 
 
@@ -897,15 +912,14 @@ def _batch_of_one_agrees(side: _Side, params: list, data: list) -> bool:
     return False  # e.g. no probe size, or a constant closed over a tracer.
 
 
-def _is_axis_zero(vmap_axes: VMapAxes) -> bool:
-  """Whether `vmap_axes` is the int 0: batch axis 0 everywhere."""
+def _is_int(vmap_axes: VMapAxes) -> bool:
+  """Whether `vmap_axes` is one int (not a bool): the same axis everywhere."""
   return (isinstance(vmap_axes, (int, np.integer)) and
-          not isinstance(vmap_axes, bool) and vmap_axes == 0)
+          not isinstance(vmap_axes, bool))
 
 
 def _check_vmap_axes(vmap_axes: VMapAxes) -> None:
-  if vmap_axes is None or (isinstance(vmap_axes, (int, np.integer)) and
-                           not isinstance(vmap_axes, bool)):
+  if vmap_axes is None or _is_int(vmap_axes):
     return
   if isinstance(vmap_axes, (tuple, list)) and len(vmap_axes) == 3:
     return
@@ -972,12 +986,12 @@ def empirical_ntk_fn(
 
   def ntk_fn(x1: PyTree, x2: Optional[PyTree], params: PyTree,
              **apply_fn_kwargs) -> PyTree:
-    problem, p, d1, d2 = _setup(f, x1, x2, params, apply_fn_kwargs,
-                                trace_axes, diagonal_axes, vmap_axes)
+    setup = functools.partial(_setup, f, x1, x2, params, apply_fn_kwargs,
+                              trace_axes, diagonal_axes)
+    problem, p, d1, d2 = setup(vmap_axes)
     if implementation == NtkImplementation.AUTO:
-      other = functools.partial(_other_formulation, f, x1, x2, params,
-                                apply_fn_kwargs, trace_axes, diagonal_axes,
-                                vmap_axes)
+      other = functools.partial(_other_formulation, setup, vmap_axes, p, d1,
+                                d2)
       problem, fn = _auto(problem, other, p, d1, d2,
                           _static_key(apply_fn_kwargs), choices)
     else:
