@@ -721,9 +721,10 @@ _FLOPS_PER_BYTE = 8.
 # transposes and small backward passes of the other implementations; their
 # estimated cost is divided by this.
 _STRUCTURED_SPEEDUP = 2.
-# Per-example structured derivatives (under `vmap`) ran 3-10% faster than the
-# same contractions on the whole batch (`separable`) at equal estimated cost,
-# on every workload of `../shared/bench/entk_bench.py`; ties go to them.
+# Per-example structured derivatives (under `vmap`) ran faster than the same
+# contractions on the whole batch (`separable`) at about equal estimated cost
+# on every workload of `../shared/bench/entk_bench.py` (three runs: fcn_full
+# 1.06-1.33x, cnn 1.23-1.53x); near-ties go to them.
 _EXAMPLE_SPEEDUP = 1.1
 
 
