@@ -368,7 +368,7 @@ def _flow_times(t: Optional[ArrayOrScalar], rate: float,
 
 
 def _lead(x: Array, t_shape: tuple[int, ...]) -> Array:
-  """`x` with `len(t_shape)` leading singleton axes, to add to per-time outputs."""
+  """`x` with `len(t_shape)` leading unit axes, to add to per-time outputs."""
   return x.reshape((1,) * len(t_shape) + x.shape)
 
 
@@ -691,9 +691,9 @@ def gradient_descent_mse_ensemble(
     `Theta(x, x') - Theta(x, X) Theta^{-1} Theta(X, x')`. The same holds for
     `'nngp'` with `K` in place of `Theta`.
 
-  `diag_reg` regularizes only the inverted kernel `Theta` (NNGP for 'nngp',
-  NTK for 'ntk' and 'ntkgp'): `Theta(X, X) + diag_reg * tr(Theta(X, X)) / n'
-  * I`, `n'` its number of rows, or `+ diag_reg * I` with
+  `diag_reg` regularizes only the inverted kernel `Theta(X, X)` (NNGP for
+  'nngp', NTK for 'ntk' and 'ntkgp'), adding `diag_reg * trace(Theta(X, X))
+  / m` to its diagonal (`m` its number of rows), or `diag_reg` itself with
   `diag_reg_absolute_scale`. Where `P = Theta` the regularized kernel is also
   the prior's (noise on the observations: the textbook noisy posterior);
   the NNGP `P(X, X)` of 'ntk' is used as is.
@@ -854,12 +854,13 @@ def gp_inference(
 ) -> Callable[..., Any]:
   """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
-  With `Theta_reg = Theta(X, X) + diag_reg * tr(Theta(X, X)) / n' * I` the
-  regularized inverted kernel (`+ diag_reg * I` with
-  `diag_reg_absolute_scale`), `*` the test points and `K` the NNGP:
+  With `Theta_reg` the inverted train-train kernel plus
+  `diag_reg * trace(Theta) / m` on its diagonal (`m` its number of rows;
+  `diag_reg` itself with `diag_reg_absolute_scale`), `*` the test points and
+  `K` the NNGP:
 
   * `get='nngp'`: the textbook posterior with prior `K` and observation noise
-    (`Theta = K`):
+    (`Theta = K`, `K_reg` its regularized train-train kernel):
 
       mean = K_* K_reg^{-1} y,    cov = K_** - K_* K_reg^{-1} K_*^T.
 
