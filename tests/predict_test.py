@@ -8,12 +8,14 @@ textbook GP posteriors (`jnp.linalg.solve`), matrix exponentials
 import collections
 import functools
 import math
+import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsp_linalg
+import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import predict
@@ -44,9 +46,10 @@ def _init_params(key, in_dim, width, out_dim):
 
 def _apply(params, x):
   in_dim, width = params['w1'].shape
-  h = _W_STD / math.sqrt(in_dim) * x @ params['w1'] + _B_STD * params['b1']
+  h = (_W_STD / math.sqrt(in_dim) * x @ params['w1'] +
+       _B_STD * params['b1'][None])
   return (_W_STD / math.sqrt(width) * jax.nn.relu(h) @ params['w2'] +
-          _B_STD * params['b2'])
+          _B_STD * params['b2'][None])
 
 
 def _jacobian(params, x, trainable):
@@ -148,7 +151,8 @@ def _random_psd(key, n, rank=None, scale=1.):
 
 def _kron_identity(k, size):
   """`(N1, N2, ...)` kernel -> `(N1, N2, ..., size, size)` times identity."""
-  return k[..., None, None] * jnp.eye(size)
+  return k[..., None, None] * jnp.eye(size).reshape((1,) * k.ndim +
+                                                     (size, size))
 
 
 class GradientDescentMseTest(test_utils.NeuralTangentsTestCase):
@@ -333,7 +337,7 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
   def test_ill_conditioned_kernel_stays_finite(self):
     evecs, _ = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(8), (6, 6)))
     evals = jnp.array([1., 1e-3, 1e-9, 1e-17, 0., -1e-16])
-    k = (evecs * evals) @ evecs.T
+    k = (evecs * evals[None]) @ evecs.T
     y_train = jnp.ones((6, 1))
     predict_fn = predict.gradient_descent_mse(k, y_train)
     out = predict_fn(jnp.array([1., 1e20]), 0., None, k[:2])
@@ -448,7 +452,7 @@ class EnsembleTest(test_utils.NeuralTangentsTestCase):
                                 readout_only=get == 'nngp')
     n_samples = samples.shape[0]
     mc_mean = samples.mean(0)
-    centered = samples - mc_mean
+    centered = samples - mc_mean[None]
     mc_cov = jnp.einsum('sti,stj->tij', centered, centered) / (n_samples - 1)
 
     predict_fn = predict.gradient_descent_mse_ensemble(
@@ -593,12 +597,12 @@ class GpInferenceTest(test_utils.NeuralTangentsTestCase):
                      _Kernels(nngp[2], ntk[2]))
     self.assertEqual(out._fields, ('nngp', 'ntk'))
 
-    # The NTK-GP of Lee et al. 2019 at t = inf, written out with solves.
+    # Trained networks of Lee et al. 2019 at t = inf, written out with solves:
+    # only the inverted NTK is regularized, the prior NNGP is used as is.
     theta = ntk[0] + reg * jnp.eye(7)
-    k_reg = nngp[0] + reg * jnp.eye(7)
     a = jnp.linalg.solve(theta, ntk[1].T).T
     expected_cov = (nngp[2] - a @ nngp[1].T - nngp[1] @ a.T +
-                    a @ k_reg @ a.T)
+                    a @ nngp[0] @ a.T)
     self.assertAllClose(out.ntk.mean, a @ y_train, rtol=1e-9, atol=1e-9)
     self.assertAllClose(out.ntk.covariance, expected_cov, rtol=1e-9,
                         atol=1e-9)
@@ -734,6 +738,268 @@ class MaxLearningRateTest(test_utils.NeuralTangentsTestCase):
                                            momentum), 1.)
     self.assertGreater(self._final_loss_ratio(features, y_train, 1.05 * lr,
                                               momentum), 1e10)
+
+
+# Parity with the published release, regularization, NTK-GP, kernel_fn kwargs.
+
+_REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data',
+                          'upstream-0.6.5.npz')
+
+
+def _flow_map(theta_reg, theta_test_train, tau):
+  """`Theta_* Theta^-1 (I - exp(-Theta tau))`; `Theta_* Theta^-1` at None."""
+  n = theta_reg.shape[0]
+  relaxed = jnp.eye(n) if tau is None else (
+      jnp.eye(n) - jsp_linalg.expm(-tau * theta_reg))
+  return jnp.linalg.solve(theta_reg, theta_test_train.T).T @ relaxed
+
+
+def _relative_reg(k, diag_reg):
+  """The published scaling: `diag_reg * trace(k) / n` added to the diagonal."""
+  n = k.shape[0]
+  return k + diag_reg * jnp.trace(k) / n * jnp.eye(n)
+
+
+class PublishedReleaseTest(test_utils.NeuralTangentsTestCase):
+
+  def test_matches_published_release_case_4(self):
+    """Case 4 of `tests/data/upstream-0.6.5.md`, at 1e-8 relative."""
+    with np.load(_REFERENCE) as data:
+      ref = {name: data[name] for name in data.files}
+    stax = nt.stax
+    _, _, kernel_fn = stax.serial(stax.Dense(1, 1.5, 0.1), stax.Relu(),
+                                  stax.Dense(1))
+    x_train, x_test, y_train = ref['pred_xtr'], ref['pred_xte'], ref['pred_ytr']
+
+    def assert_matches(actual, name):
+      self.assertLess(test_utils.relative_error(actual, ref[name]), 1e-8, name)
+
+    predict_fn = predict.gradient_descent_mse_ensemble(kernel_fn, x_train,
+                                                       y_train, diag_reg=1e-4)
+    for get in ('nngp', 'ntk'):
+      for t in (1.0, None):
+        out = predict_fn(t, x_test, get, compute_cov=True)
+        assert_matches(out.mean, f'ensemble/{get}_{t}_mean')
+        assert_matches(out.covariance, f'ensemble/{get}_{t}_cov')
+
+    gp = predict.gp_inference(kernel_fn(x_train, None, ('nngp', 'ntk')),
+                              y_train, diag_reg=1e-4)
+    out = gp('ntk', kernel_fn(x_test, x_train, ('nngp', 'ntk')),
+             kernel_fn(x_test, None, ('nngp', 'ntk')))
+    assert_matches(out.mean, 'gp/ntk_mean')
+    assert_matches(out.covariance, 'gp/ntk_cov')
+
+
+class DiagRegTest(test_utils.NeuralTangentsTestCase):
+
+  def test_only_the_inverted_kernel_is_regularized(self):
+    """'ntk' covariances use the NNGP as is; 'nngp' the regularized NNGP."""
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(30), out_dim=2)
+    diag_reg = 0.05
+    k, k_s, k_ss = (_relu_kernels(x_train, x_train),
+                    _relu_kernels(x_test, x_train),
+                    _relu_kernels(x_test, x_test))
+    theta_reg = _relative_reg(k.ntk, diag_reg)
+    k_reg = _relative_reg(k.nngp, diag_reg)
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train, diag_reg=diag_reg)
+    gp = predict.gp_inference(k, y_train, diag_reg=diag_reg)
+    for t in (0., 4., None):
+      tau = None if t is None else t / y_train.size
+      out = predict_fn(t, x_test, compute_cov=True)
+      # Trained networks: f_0 has the NNGP prior, unregularized.
+      a = _flow_map(theta_reg, k_s.ntk, tau)
+      self.assertAllClose(out.ntk.mean, a @ y_train, rtol=1e-9, atol=1e-9)
+      self.assertAllClose(
+          out.ntk.covariance,
+          k_ss.nngp - a @ k_s.nngp.T - k_s.nngp @ a.T + a @ k.nngp @ a.T,
+          rtol=1e-9, atol=1e-9)
+      # Readout only: the noisy-observation posterior of the NNGP.
+      a = _flow_map(k_reg, k_s.nngp, tau)
+      self.assertAllClose(out.nngp.mean, a @ y_train, rtol=1e-9, atol=1e-9)
+      self.assertAllClose(
+          out.nngp.covariance,
+          k_ss.nngp - a @ k_s.nngp.T - k_s.nngp @ a.T + a @ k_reg @ a.T,
+          rtol=1e-9, atol=1e-9)
+    self.assertAllClose(gp(None, k_s, k_ss), out, rtol=1e-9, atol=1e-9)
+
+
+class NtkGpTest(test_utils.NeuralTangentsTestCase):
+
+  def test_gp_inference_is_posterior_with_ntk_prior(self):
+    keys = jax.random.split(jax.random.PRNGKey(31), 3)
+    nngp = _random_psd(keys[0], 10)
+    ntk = nngp + _random_psd(keys[1], 10)
+    y_train = jax.random.normal(keys[2], (7, 2))
+    diag_reg = 0.1
+    theta_reg = _relative_reg(ntk[:7, :7], diag_reg)
+    theta_s, theta_ss = ntk[7:, :7], ntk[7:, 7:]
+
+    predict_fn = predict.gp_inference(_Kernels(nngp[:7, :7], ntk[:7, :7]),
+                                      y_train, diag_reg=diag_reg)
+    out = predict_fn(('ntkgp', 'nngp'), _Kernels(nngp[7:, :7], theta_s),
+                     _Kernels(nngp[7:, 7:], theta_ss))
+    self.assertEqual(out._fields, ('ntkgp', 'nngp'))
+    self.assertAllClose(out.ntkgp.mean,
+                        theta_s @ jnp.linalg.solve(theta_reg, y_train),
+                        rtol=1e-9, atol=1e-9)
+    self.assertAllClose(
+        out.ntkgp.covariance,
+        theta_ss - theta_s @ jnp.linalg.solve(theta_reg, theta_s.T),
+        rtol=1e-9, atol=1e-9)
+    self.assertAllClose(
+        out.nngp, predict_fn('nngp', _Kernels(nngp[7:, :7], theta_s),
+                             _Kernels(nngp[7:, 7:], theta_ss)))
+    # 'ntkgp' needs only the NTK.
+    ntk_only = predict.gp_inference(_Kernels(None, ntk[:7, :7]), y_train,
+                                    diag_reg=diag_reg)
+    self.assertAllClose(
+        ntk_only('ntkgp', _Kernels(None, theta_s), _Kernels(None, theta_ss)),
+        out.ntkgp, rtol=1e-12, atol=1e-12)
+
+  def test_ensemble_is_gradient_flow_with_ntk_prior(self):
+    """`cov = Theta** - Theta* Theta^-1 (I - exp(-2 Theta tau)) Theta*^T`."""
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(32), out_dim=2)
+    diag_reg = 0.02
+    k, k_s, k_ss = (_relu_kernels(x_train, x_train),
+                    _relu_kernels(x_test, x_train),
+                    _relu_kernels(x_test, x_test))
+    theta_reg = _relative_reg(k.ntk, diag_reg)
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train, diag_reg=diag_reg)
+    times = jnp.array([0., 3., 30.])
+    out = predict_fn(times, x_test, ('ntkgp', 'ntk'), compute_cov=True)
+    self.assertEqual(out._fields, ('ntkgp', 'ntk'))
+    self.assertEqual(out.ntkgp.covariance.shape, (3, 3, 3))
+    self.assertAllClose(out.ntk.mean, out.ntkgp.mean, rtol=1e-12, atol=1e-12)
+    for i, t in enumerate(times):
+      tau = t / y_train.size
+      theta_inv_theta_s = jnp.linalg.solve(theta_reg, k_s.ntk.T)
+      relaxed = jnp.eye(6) - jsp_linalg.expm(-tau * theta_reg)
+      relaxed_twice = jnp.eye(6) - jsp_linalg.expm(-2 * tau * theta_reg)
+      self.assertAllClose(out.ntkgp.mean[i],
+                          theta_inv_theta_s.T @ relaxed @ y_train,
+                          rtol=1e-9, atol=1e-9)
+      self.assertAllClose(
+          out.ntkgp.covariance[i],
+          k_ss.ntk - theta_inv_theta_s.T @ relaxed_twice @ k_s.ntk.T,
+          rtol=1e-9, atol=1e-9)
+    # Infinite time is the GP posterior; and the NNGP answer differs.
+    gp = predict.gp_inference(k, y_train, diag_reg=diag_reg)
+    at_infinity = predict_fn(None, x_test, 'ntkgp', compute_cov=True)
+    self.assertAllClose(at_infinity, gp('ntkgp', k_s, k_ss), rtol=1e-9,
+                        atol=1e-9)
+    self.assertGreater(
+        test_utils.relative_error(
+            at_infinity.covariance,
+            predict_fn(None, x_test, 'ntk', compute_cov=True).covariance),
+        1e-2)
+    # On the training set, as with `x_test=x_train`.
+    self.assertAllClose(predict_fn(times, None, 'ntkgp', compute_cov=True),
+                        predict_fn(times, x_train, 'ntkgp', compute_cov=True),
+                        rtol=1e-9, atol=1e-9)
+
+  def test_ntkgp_does_not_compute_the_nngp(self):
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(33))
+    gets = []
+
+    def recording_kernel_fn(x1, x2=None, get=None, **kwargs):
+      gets.append(get)
+      return _relu_kernel_fn(x1, x2, get, **kwargs)
+
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        recording_kernel_fn, x_train, y_train)
+    predict_fn(2., x_test, 'ntkgp', compute_cov=True)
+    self.assertEqual(gets, [('ntk',)] * 3)
+
+  def test_unknown_get_raises(self):
+    x_train, y_train, _ = _data(jax.random.PRNGKey(34))
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train)
+    with self.assertRaisesRegex(ValueError, 'ntkgp.*got .ntk_gp'):
+      predict_fn(1., None, 'ntk_gp')
+    with self.assertRaisesRegex(ValueError, 'ntkgp'):
+      predict.gp_inference(jnp.eye(6), y_train)(('nngp', 'gp'))
+
+
+class KernelFnKwargsTest(test_utils.NeuralTangentsTestCase):
+
+  def _graph_data(self, key):
+    """Sequences `(4, 5, 3)` with random dense adjacency patterns.
+
+    Train and test sets have the same shapes, so that `kernel_fn` compiles its
+    pieces once for all three kernels.
+    """
+    keys = jax.random.split(key, 5)
+    x_train = jax.random.normal(keys[0], (4, 5, 3))
+    x_test = jax.random.normal(keys[1], (4, 5, 3))
+    p_train = jax.random.bernoulli(keys[2], 0.5, (4, 5, 5)).astype(float)
+    p_test = jax.random.bernoulli(keys[3], 0.5, (4, 5, 5)).astype(float)
+    y_train = jax.random.normal(keys[4], (4, 1))
+    return x_train, x_test, p_train, p_test, y_train
+
+  def test_pattern_reaches_every_kernel_of_an_aggregate_network(self):
+    stax = nt.stax
+    _, _, kernel_fn = stax.serial(stax.Dense(8), stax.Aggregate(), stax.Relu(),
+                                  stax.GlobalSumPool(), stax.Dense(1))
+    x_train, x_test, p_train, p_test, y_train = self._graph_data(
+        jax.random.PRNGKey(35))
+    k = kernel_fn(x_train, None, pattern=(p_train, None))
+    k_s = kernel_fn(x_test, x_train, pattern=(p_test, p_train))
+    k_ss = kernel_fn(x_test, None, pattern=(p_test, p_test))
+
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        kernel_fn, x_train, y_train, diag_reg=1e-3, pattern=(p_train, None))
+    out = predict_fn(None, x_test, compute_cov=True, pattern=(p_test, None))
+    expected = predict.gp_inference(k, y_train, diag_reg=1e-3)(None, k_s, k_ss)
+    self.assertAllClose(out, expected, rtol=1e-9, atol=1e-9)
+    # The second entry of a self pair may be `None` or repeat the first.
+    times = jnp.array([1., 10.])
+    _, expected_mean = predict.gradient_descent_mse(
+        k.ntk, y_train, diag_reg=1e-3)(times, 0., None, k_s.ntk)
+    self.assertAllClose(
+        predict_fn(times, x_test, 'ntk', pattern=(p_test, p_test)),
+        expected_mean, rtol=1e-9, atol=1e-9)
+    # The check has power: the identity pattern gives another answer.
+    identity_s = kernel_fn(x_test, x_train, pattern=(p_test, None))
+    self.assertGreater(test_utils.relative_error(identity_s.ntk, k_s.ntk),
+                       1e-2)
+
+  def test_each_kernel_gets_its_kwargs(self):
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(36))
+    calls = []
+
+    def recording_kernel_fn(x1, x2=None, get=None, **kwargs):
+      calls.append((x1 is x_test, x2 is x_train, kwargs))
+      return _relu_kernel_fn(x1, x2, get)
+
+    key = jax.random.PRNGKey(1)
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        recording_kernel_fn, x_train, y_train, pattern=('train', None),
+        rng=key, scale=2.)
+    predict_fn(1., x_test, 'nngp', compute_cov=True, pattern=('test', None),
+               rng=jax.random.PRNGKey(1), extra='test only')
+    train_train, test_train, test_test = calls
+    self.assertEqual(train_train[:2], (False, False))
+    self.assertEqual(train_train[2].keys(), {'pattern', 'rng', 'scale'})
+    self.assertEqual(train_train[2]['pattern'], ('train', None))
+    self.assertEqual(test_train[:2], (True, True))
+    self.assertEqual(test_train[2]['pattern'], ('test', 'train'))
+    self.assertEqual((test_train[2]['scale'], test_train[2]['extra']),
+                     (2., 'test only'))
+    self.assertEqual(test_test[:2], (True, False))
+    self.assertEqual(test_test[2]['pattern'], ('test', None))
+    self.assertEqual((test_test[2]['scale'], test_test[2]['extra']),
+                     (2., 'test only'))
+    for _, _, kwargs in calls:
+      self.assertAllClose(kwargs['rng'], key)
+
+  def test_conflicting_single_values_raise(self):
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(37))
+    predict_fn = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train, rng=jax.random.PRNGKey(1))
+    with self.assertRaisesRegex(ValueError, '`rng`.*same `rng`'):
+      predict_fn(1., x_test, rng=jax.random.PRNGKey(2))
 
 
 if __name__ == '__main__':

@@ -24,11 +24,15 @@ Conventions (the published Neural Tangents ones):
   `(N, N)` kernel, `trace_axes=()` an `(N, N, O, O)` one.
 * Kernels. Functions of one kernel take arrays. `gp_inference` also takes
   `nt.Kernel` objects or namedtuples with `nngp` / `ntk` fields, and selects
-  with `get`.
-* Regularization. `diag_reg` adds `diag_reg * mean(diag(K))` (or `diag_reg`
-  itself when `diag_reg_absolute_scale`) to the diagonal of every train-train
-  kernel; test-train and test-test kernels are not changed. It acts as
-  observation noise (GP inference) or ridge regularization (kernel regression).
+  with `get`: 'nngp' (the NNGP posterior, or training only the readout),
+  'ntk' (training the whole network) or 'ntkgp' (the GP posterior with the
+  NTK as prior, He et al. 2020).
+* Regularization. `diag_reg` adds `diag_reg * trace(K) / n` (or `diag_reg`
+  itself when `diag_reg_absolute_scale`) to the diagonal of the `n x n`
+  train-train kernel `K` that is inverted (the NTK for 'ntk' and 'ntkgp', the
+  NNGP for 'nngp'); no other kernel is changed (in particular not the NNGP
+  prior of 'ntk' covariances). It acts as observation noise (GP inference)
+  or ridge regularization (kernel regression).
 * Singular kernels. Eigenvalues of the (regularized) `n x n` train-train
   kernel at or below `4 sqrt(n) eps(dtype) lambda_max`, the round-off level of
   a computed kernel, are treated as exactly zero: those directions do not move
@@ -58,7 +62,27 @@ from neural_tangents._src.utils.typing import Axes, Get
 Array = jax.Array
 ArrayOrScalar = Union[Array, float, np.ndarray]
 
+# What `get=None` returns.
 _GETS = ('nngp', 'ntk')
+
+
+class _Posterior(NamedTuple):
+  """The two kernels that define the prediction of one `get`.
+
+  Attributes:
+    flow: the train-train kernel that drives gradient flow and is inverted
+      (the only one that `diag_reg` regularizes).
+    prior: the covariance of the outputs at initialization, `f_0`.
+  """
+  flow: str
+  prior: str
+
+
+_POSTERIORS = {
+    'nngp': _Posterior(flow='nngp', prior='nngp'),
+    'ntk': _Posterior(flow='ntk', prior='nngp'),
+    'ntkgp': _Posterior(flow='ntk', prior='ntk'),
+}
 
 
 class Gaussian(NamedTuple):
@@ -248,10 +272,20 @@ def _parse_get(get: Get) -> tuple[tuple[str, ...], bool]:
   single = isinstance(get, str)
   names = (get,) if single else tuple(get)
   for name in names:
-    if name not in _GETS:
-      raise ValueError(f'`get` must be "nngp", "ntk", a tuple of them, or '
-                       f'None; got {get!r}.')
+    if name not in _POSTERIORS:
+      raise ValueError(f'`get` must be "nngp", "ntk", "ntkgp", a tuple of '
+                       f'them, or None; got {get!r}.')
   return names, single
+
+
+def _kernels_needed(names: Sequence[str], compute_cov: bool) -> tuple[str, ...]:
+  """Kernels ('nngp', 'ntk' in this order) that predictions of `names` use."""
+  used = set()
+  for name in names:
+    used.add(_POSTERIORS[name].flow)
+    if compute_cov:
+      used.add(_POSTERIORS[name].prior)
+  return tuple(k for k in ('nngp', 'ntk') if k in used)
 
 
 @functools.lru_cache(maxsize=None)
@@ -333,11 +367,17 @@ def _flow_times(t: Optional[ArrayOrScalar], rate: float,
   return t.reshape(-1) * rate, t.shape
 
 
+def _lead(x: Array, t_shape: tuple[int, ...]) -> Array:
+  """`x` with `len(t_shape)` leading unit axes, to add to per-time outputs."""
+  return x.reshape((1,) * len(t_shape) + x.shape)
+
+
 def _relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
   """`1 - exp(-lambda tau)`, shape `(n_times, n_evals)`; 1 at infinite time."""
   if tau is None:
     return eig.positive.astype(eig.evals.dtype)[None]
-  return jnp.where(eig.positive, -jnp.expm1(-eig.evals * tau[:, None]), 0.)
+  return jnp.where(eig.positive[None],
+                   -jnp.expm1(-eig.evals[None] * tau[:, None]), 0.)
 
 
 def _integrated_relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
@@ -347,7 +387,7 @@ def _integrated_relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
   together, the test-train kernel vanishes on the null space of the train-train
   kernel, so these directions carry nothing to the test set.
   """
-  return _relaxation(eig, tau) / eig.evals
+  return _relaxation(eig, tau) / eig.evals[None]
 
 
 def _scaled_product(left: Array, scales: Array, right: Array) -> Array:
@@ -379,11 +419,11 @@ def _posterior_covariance(b: Array, scales: Array, k_test_test: Array,
   cross = _scaled_product(b, scales, d)
   b_scaled = b[None] * scales[:, None, :]
   if middle is None:
-    b_scaled = b_scaled * jnp.sqrt(evals)
+    b_scaled = b_scaled * jnp.sqrt(evals)[None, None]
     inner = b_scaled @ jnp.swapaxes(b_scaled, -1, -2)
   else:
     inner = b_scaled @ middle @ jnp.swapaxes(b_scaled, -1, -2)
-  cov = k_test_test - cross - jnp.swapaxes(cross, -1, -2) + inner
+  cov = k_test_test[None] - cross - jnp.swapaxes(cross, -1, -2) + inner
   # Round-off makes the sum slightly asymmetric; a covariance is symmetric.
   return (cov + jnp.swapaxes(cov, -1, -2)) / 2
 
@@ -481,8 +521,8 @@ def gradient_descent_mse(
       change = _scaled_product(eig.evecs, _relaxation(eig, tau),
                                residual_eigen)
       change = change.reshape(t_shape + change.shape[1:])
-      fx_train_t = fx_train_0 + _matrix_to_outputs(change, y_train.shape,
-                                                   layout)
+      fx_train_t = _lead(fx_train_0, t_shape) + _matrix_to_outputs(
+          change, y_train.shape, layout)
     if k_test_train is None:
       return fx_train_t
 
@@ -497,7 +537,8 @@ def gradient_descent_mse(
     change = _scaled_product(k_test @ eig.evecs,
                              _integrated_relaxation(eig, tau), residual_eigen)
     change = change.reshape(t_shape + change.shape[1:])
-    fx_test_t = fx_test_0 + _matrix_to_outputs(change, test_shape, layout)
+    fx_test_t = _lead(fx_test_0, t_shape) + _matrix_to_outputs(
+        change, test_shape, layout)
     return fx_train_t, fx_test_t
 
   return predict_fn
@@ -529,21 +570,77 @@ def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
   return kernels
 
 
+def _is_pair(value: Any) -> bool:
+  return isinstance(value, tuple) and len(value) == 2
+
+
+def _value_for_x1(value: Any) -> Any:
+  """The entry of a pair-valued kwarg that describes `x1`; else the value."""
+  return value[0] if _is_pair(value) else value
+
+
+def _comparable(leaf: Any) -> Any:
+  if hasattr(leaf, 'dtype') and jnp.issubdtype(leaf.dtype,
+                                                 jax.dtypes.prng_key):
+    leaf = jax.random.key_data(leaf)
+  return np.asarray(leaf)
+
+
+def _values_match(a: Any, b: Any) -> bool:
+  """Whether two kwarg values are equal; traced leaves count as equal."""
+  if a is b:
+    return True
+  leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+  leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+  if tree_a != tree_b:
+    return False
+  for leaf_a, leaf_b in zip(leaves_a, leaves_b):
+    if leaf_a is leaf_b or isinstance(leaf_a, jax.core.Tracer) or isinstance(
+        leaf_b, jax.core.Tracer):
+      continue
+    leaf_a, leaf_b = _comparable(leaf_a), _comparable(leaf_b)
+    if leaf_a.shape != leaf_b.shape or not np.array_equal(leaf_a, leaf_b):
+      return False
+  return True
+
+
+def _test_test_kwargs(train_kwargs: dict[str, Any],
+                      test_kwargs: dict[str, Any]) -> dict[str, Any]:
+  """Keyword arguments of `kernel_fn(x_test, None)`: test ones override."""
+  return {**train_kwargs, **test_kwargs}
+
+
 def _test_train_kwargs(train_kwargs: dict[str, Any],
                        test_kwargs: dict[str, Any]) -> dict[str, Any]:
   """Keyword arguments of `kernel_fn(x_test, x_train)`.
 
-  Pairs `(value_for_x1, value_for_x2)` combine the test value of `x1` with the
-  train value of `x2`; other values come from the test kwargs, then the train.
+  A pair-valued kwarg `(value_for_x1, value_for_x2)`, such as `Aggregate`'s
+  `pattern`, becomes `(value for x_test, value for x_train)`: the first entries
+  of the test-test and of the train-train pairs, which describe `x1` in the
+  `x2=None` calls (their second entry may be `None` or a repeat). Any other
+  kwarg is shared by all calls: given to both, the values must be equal.
+
+  Raises:
+    ValueError: if a kwarg that is not a pair has different train and test
+      values.
   """
-  out = dict(train_kwargs)
-  for key, value in test_kwargs.items():
+  test_all = _test_test_kwargs(train_kwargs, test_kwargs)
+  out = {}
+  for key, test_value in test_all.items():
     train_value = train_kwargs.get(key)
-    if (isinstance(value, tuple) and isinstance(train_value, tuple) and
-        len(value) == len(train_value) == 2):
-      out[key] = (value[0], train_value[1])
-    else:
-      out[key] = value
+    if _is_pair(test_value) or _is_pair(train_value):
+      out[key] = (_value_for_x1(test_value), _value_for_x1(train_value))
+      continue
+    if (key in train_kwargs and key in test_kwargs and
+        not _values_match(test_value, train_value)):
+      raise ValueError(
+          f'`{key}` is {test_value!r} for the test points but {train_value!r} '
+          'for the training points, and is not a pair `(value_for_x1, '
+          'value_for_x2)` that could combine them for the test-train kernel. '
+          f'Pass the same `{key}` to `predict_fn` as to '
+          '`gradient_descent_mse_ensemble` (or leave it out of `predict_fn`), '
+          'or pass pairs.')
+    out[key] = test_value
   return out
 
 
@@ -559,9 +656,9 @@ def gradient_descent_mse_ensemble(
 ) -> Callable[..., Any]:
   """Outputs of an ensemble of infinitely wide networks trained on MSE.
 
-  At initialization the outputs `f_0` are a GP with the NNGP kernel `K`. The
+  At initialization the outputs `f_0` are a GP with a prior kernel `P`. The
   network trained by gradient flow for `t` steps (see `gradient_descent_mse`)
-  is affine in `f_0`:
+  with the tangent kernel `Theta` is affine in `f_0`:
 
     f_t(x) = f_0(x) + A_t(x) (y - f_0(X)),
     A_t(x) = Theta(x, X) Theta^{-1} (I - exp(-Theta s / n)),
@@ -569,85 +666,122 @@ def gradient_descent_mse_ensemble(
   so it is Gaussian [2] with
 
     mean(x) = A_t(x) y,
-    cov(x, x') = K(x, x') - A_t(x) K(X, x') - K(x, X) A_t(x')^T
-                 + A_t(x) K(X, X) A_t(x')^T.
+    cov(x, x') = P(x, x') - A_t(x) P(X, x') - P(x, X) A_t(x')^T
+                 + A_t(x) P(X, X) A_t(x')^T.
 
-  `get='ntk'` trains the whole network: `Theta` is the NTK. `get='nngp'`
-  trains only the readout layer, whose tangent kernel is the NNGP: `Theta = K`
-  and at infinite time this is the exact Bayesian (NNGP) posterior. Each
-  train-train kernel is computed once, eigendecomposed once, and cached across
-  calls; all times `t` of a call share it.
+  `get` chooses `Theta` and `P` (`K` is the NNGP):
+
+  * `'ntk'`: the whole network is trained, `Theta` is the NTK and `P = K`.
+  * `'nngp'`: only the readout layer is trained; its tangent kernel is the
+    NNGP, `Theta = P = K`. At infinite time this is the exact Bayesian
+    (NNGP) posterior.
+  * `'ntkgp'`: the NTK-GP of He, Lakshminarayanan & Teh 2020 [3]: adding to
+    each network an untrainable random function makes the prior the NTK,
+    `Theta = P = NTK`, so that trained networks sample the GP posterior with
+    the NTK as prior covariance. With `P = Theta = V diag(l) V^T` the cross
+    terms and the last one add up to `(1 - e)^2 - 2 (1 - e) = -(1 - e^2)`,
+    `e = exp(-l s / n)`:
+
+      mean(x) = Theta(x, X) Theta^{-1} (I - exp(-Theta s / n)) y,
+      cov(x, x') = Theta(x, x')
+                   - Theta(x, X) Theta^{-1} (I - exp(-2 Theta s / n))
+                     Theta(X, x'),
+
+    at infinite time `Theta(x, X) Theta^{-1} y` and
+    `Theta(x, x') - Theta(x, X) Theta^{-1} Theta(X, x')`. The same holds for
+    `'nngp'` with `K` in place of `Theta`.
+
+  `diag_reg` regularizes only the inverted kernel `Theta(X, X)` (NNGP for
+  'nngp', NTK for 'ntk' and 'ntkgp'), adding `diag_reg * trace(Theta(X, X))
+  / m` to its diagonal (`m` its number of rows), or `diag_reg` itself with
+  `diag_reg_absolute_scale`. Where `P = Theta` the regularized kernel is also
+  the prior's (noise on the observations: the textbook noisy posterior);
+  the NNGP `P(X, X)` of 'ntk' is used as is.
+
+  Each train-train kernel is computed once, eigendecomposed once, and cached
+  across calls; all times `t` of a call share it.
 
   Args:
     kernel_fn: stax-style `kernel_fn(x1, x2, get, **kwargs)`.
     x_train: training inputs.
     y_train: targets, `(N, O_1, ..., O_d)`.
     learning_rate: learning rate of the steps counted by `t`.
-    diag_reg: diagonal regularizer of the train-train kernels (both the NNGP
-      and the NTK), relative to their mean diagonal entry.
+    diag_reg: diagonal regularizer of the inverted train-train kernel,
+      relative to its mean diagonal entry.
     diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
     trace_axes: output axes traced out of the kernels.
-    **kernel_fn_train_train_kwargs: passed to `kernel_fn` for the train-train
-      kernel, and, unless overridden by `predict_fn`'s kwargs, to the others.
+    **kernel_fn_train_train_kwargs: passed as they are to
+      `kernel_fn(x_train, None)`; to `kernel_fn(x_test, None)` unless
+      `predict_fn` overrides them; for `kernel_fn(x_test, x_train)`, pairs
+      `(value_for_x1, value_for_x2)` (e.g. `pattern`) combine the test and the
+      train values into `(test[0], train[0])`, and other values, if given to
+      both, must match.
 
   Returns:
     `predict_fn(t=None, x_test=None, get=None, compute_cov=False,
     **kernel_fn_test_test_kwargs)`: `t` a number of steps, an array of them
     (leading axes of the outputs), or `None` (infinite time); `x_test=None`
-    predicts on the training inputs (with unregularized test kernels).
-    Returns for each `get` in ('nngp', 'ntk') (a namedtuple for `get=None` or
-    a tuple, the value itself for a string) the mean, of shape
+    predicts on the training inputs (with unregularized test kernels);
+    `kernel_fn_test_test_kwargs` are the kwargs of `kernel_fn(x_test, None)`
+    (see above). Returns for each `get` in 'nngp', 'ntk', 'ntkgp' (a
+    namedtuple with fields in the order of `get` for a tuple, `('nngp',
+    'ntk')` for `get=None`; the value itself for a string) the mean, of shape
     `t.shape + (N_test, O_1, ..., O_d)`, or with `compute_cov` a
     `Gaussian(mean, covariance)`, the covariance in the kernel layout
     `t.shape + (N_test, N_test, O_i, O_i, ...)` (untraced axes only).
+
+  Raises:
+    ValueError: if `get` is unknown, `kernel_fn` does not return a needed
+      kernel, shapes do not match `y_train` and `trace_axes`, or a kwarg has
+      conflicting train and test values.
 
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
     >>> predict_fn = nt.predict.gradient_descent_mse_ensemble(
     ...     kernel_fn, x_train, y_train, diag_reg=1e-4)
-    >>> out = predict_fn(t=jnp.array([1., 100.]), x_test=x_test, get='ntk',
-    ...                  compute_cov=True)
-    >>> out.mean.shape, out.covariance.shape
+    >>> out = predict_fn(t=jnp.array([1., 100.]), x_test=x_test,
+    ...                  get=('ntk', 'ntkgp'), compute_cov=True)
+    >>> out.ntkgp.mean.shape, out.ntkgp.covariance.shape
     ((2, N_test, 1), (2, N_test, N_test))
+
+  [3] He, Lakshminarayanan, Teh. "Bayesian Deep Ensembles via the Neural
+      Tangent Kernel." NeurIPS 2020.
   """
   y_train = jnp.asarray(y_train)
   layout = _layout(y_train, trace_axes)
   n_pairs = len(layout.untraced)
   cache: dict[Any, Any] = {}
 
-  def train_kernels(names: Sequence[str]) -> dict[str, Array]:
+  def train_kernels(kernels: Sequence[str]) -> dict[str, Array]:
     """Unregularized train-train matrices; missing ones in one call."""
     fresh = {}
-    missing = [name for name in names if ('k', name) not in cache]
+    missing = [k for k in kernels if ('k', k) not in cache]
     if missing:
-      kernels = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
-                                    kernel_fn_train_train_kwargs)
-      for name, k in kernels.items():
-        _check_kernel(k, f'kernel_fn(x_train, None, "{name}")', y_train,
+      computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
+                                     kernel_fn_train_train_kwargs)
+      for kernel, k in computed.items():
+        _check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
                       layout, trace_axes, square=True)
-        _check_finite(k, f'kernel_fn(x_train, None, "{name}")')
+        _check_finite(k, f'kernel_fn(x_train, None, "{kernel}")')
         k = k.astype(jnp.result_type(k.dtype, float))
-        fresh[name] = _cached(cache, ('k', name),
-                              lambda k=k: _kernel_to_matrix(k, n_pairs))
-    return {name: fresh[name] if name in fresh else cache[('k', name)]
-            for name in names}
+        fresh[kernel] = _cached(cache, ('k', kernel),
+                                lambda k=k: _kernel_to_matrix(k, n_pairs))
+    return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
 
-  def regularized(k: Array) -> Array:
-    return _regularize(k, diag_reg, diag_reg_absolute_scale)
-
-  def flow(name: str, k: Array) -> tuple[_Eigen, Array]:
+  def flow(kernel: str, k: Array) -> tuple[_Eigen, Array]:
     """Eigendecomposition of the regularized kernel, and `V^T y`."""
     def compute():
-      eig = _eigh_psd(regularized(k))
+      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
       y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
       return eig, eig.evecs.T @ y
-    return _cached(cache, ('flow', name), compute)
+    return _cached(cache, ('flow', kernel), compute)
 
-  def ntk_middle(eig: _Eigen, k_nngp: Array) -> Array:
-    """`V^T K V` for the NTK eigenvectors `V` and regularized NNGP `K`."""
-    return _cached(cache, ('middle', 'ntk'),
-                   lambda: eig.evecs.T @ regularized(k_nngp) @ eig.evecs)
+  def prior_in_eigenbasis(posterior: _Posterior, eig: _Eigen,
+                          k_prior: Array) -> Array:
+    """`V^T P V` for the flow eigenvectors `V` and the unregularized prior."""
+    return _cached(cache, ('middle', posterior),
+                   lambda: eig.evecs.T @ k_prior @ eig.evecs)
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  x_test: Optional[Array] = None,
@@ -655,52 +789,54 @@ def gradient_descent_mse_ensemble(
                  compute_cov: bool = False,
                  **kernel_fn_test_test_kwargs) -> Any:
     names, single = _parse_get(get)
-    needed = tuple(name for name in _GETS
-                   if name in names or (compute_cov and name == 'nngp'))
+    needed = _kernels_needed(names, compute_cov)
     k_train = train_kernels(needed)
     dtype = jnp.result_type(*k_train.values())
+    priors = tuple(k for k in needed if compute_cov and any(
+        _POSTERIORS[name].prior == k for name in names))
 
     if x_test is None:
       k_test_train, test_shape = k_train, y_train.shape
-      k_test_test = k_train['nngp'] if compute_cov else None
+      k_test_test = {k: k_train[k] for k in priors}
     else:
-      test_train_kwargs = _test_train_kwargs(kernel_fn_train_train_kwargs,
-                                             kernel_fn_test_test_kwargs)
-      kernels = _kernel_fn_matrices(kernel_fn, x_test, x_train, needed,
-                                    test_train_kwargs)
+      kernels = _kernel_fn_matrices(
+          kernel_fn, x_test, x_train, needed,
+          _test_train_kwargs(kernel_fn_train_train_kwargs,
+                             kernel_fn_test_test_kwargs))
       k_test_train = {}
-      for name, k in kernels.items():
-        _check_kernel(k, f'kernel_fn(x_test, x_train, "{name}")', y_train,
+      for kernel, k in kernels.items():
+        _check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', y_train,
                       layout, trace_axes, square=False)
         test_shape = _test_shape(k, y_train, layout)
-        k_test_train[name] = _kernel_to_matrix(k.astype(dtype), n_pairs)
-      k_test_test = None
-      if compute_cov:
-        test_test_kwargs = {**kernel_fn_train_train_kwargs,
-                            **kernel_fn_test_test_kwargs}
-        k_test_test = _kernel_to_matrix(
-            _kernel_fn_matrices(kernel_fn, x_test, None, ('nngp',),
-                                test_test_kwargs)['nngp'].astype(dtype),
-            n_pairs)
+        k_test_train[kernel] = _kernel_to_matrix(k.astype(dtype), n_pairs)
+      k_test_test = {}
+      if priors:
+        kernels = _kernel_fn_matrices(
+            kernel_fn, x_test, None, priors,
+            _test_test_kwargs(kernel_fn_train_train_kwargs,
+                              kernel_fn_test_test_kwargs))
+        k_test_test = {kernel: _kernel_to_matrix(k.astype(dtype), n_pairs)
+                       for kernel, k in kernels.items()}
 
     tau, t_shape = _flow_times(t, learning_rate / y_train.size, dtype)
     row_shape = _test_row_shape(test_shape, layout)
     out = {}
     for name in names:
-      eig, y_eigen = flow(name, k_train[name])
+      posterior = _POSTERIORS[name]
+      eig, y_eigen = flow(posterior.flow, k_train[posterior.flow])
       scales = _integrated_relaxation(eig, tau)
-      b = k_test_train[name] @ eig.evecs
+      b = k_test_train[posterior.flow] @ eig.evecs
       mean = _scaled_product(b, scales, y_eigen)
       mean = _matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
                                 test_shape, layout)
       if not compute_cov:
         out[name] = mean
         continue
-      middle = (None if name == 'nngp' else
-                ntk_middle(eig, k_train['nngp']))
-      d = eig.evecs.T @ k_test_train['nngp'].T
-      cov = _posterior_covariance(b, scales, k_test_test, d, middle,
-                                  eig.evals)
+      middle = (None if posterior.prior == posterior.flow else
+                prior_in_eigenbasis(posterior, eig, k_train[posterior.prior]))
+      d = eig.evecs.T @ k_test_train[posterior.prior].T
+      cov = _posterior_covariance(b, scales, k_test_test[posterior.prior], d,
+                                  middle, eig.evals)
       cov = _matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
                                   row_shape)
       out[name] = Gaussian(mean, cov)
@@ -716,37 +852,53 @@ def gp_inference(
     diag_reg_absolute_scale: bool = False,
     trace_axes: Axes = (-1,),
 ) -> Callable[..., Any]:
-  """Exact GP posterior, for the NNGP (Bayesian) or the NTK (infinite time).
+  """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
-  With regularized train-train kernel `K_reg`, `get='nngp'` is the textbook
-  posterior with observation noise `diag_reg`:
+  With `Theta_reg` the inverted train-train kernel plus
+  `diag_reg * trace(Theta) / m` on its diagonal (`m` its number of rows;
+  `diag_reg` itself with `diag_reg_absolute_scale`), `*` the test points and
+  `K` the NNGP:
 
-    mean = K_* K_reg^{-1} y,    cov = K_** - K_* K_reg^{-1} K_*^T.
+  * `get='nngp'`: the textbook posterior with prior `K` and observation noise
+    (`Theta = K`, `K_reg` its regularized train-train kernel):
 
-  `get='ntk'` is the distribution of infinitely wide networks trained to
-  convergence (`t = inf` in `gradient_descent_mse_ensemble`): with `Theta` the
-  NTK and `K` the NNGP,
+      mean = K_* K_reg^{-1} y,    cov = K_** - K_* K_reg^{-1} K_*^T.
 
-    mean = Theta_* Theta_reg^{-1} y,
-    cov = K_** - Theta_* Theta_reg^{-1} K_*^T - K_* Theta_reg^{-1} Theta_*^T
-          + Theta_* Theta_reg^{-1} K_reg Theta_reg^{-1} Theta_*^T.
+  * `get='ntkgp'`: the same posterior with the NTK as prior covariance, the
+    NTK-GP of He, Lakshminarayanan & Teh 2020 (the distribution of their
+    Bayesian deep ensembles):
+
+      mean = Theta_* Theta_reg^{-1} y,
+      cov = Theta_** - Theta_* Theta_reg^{-1} Theta_*^T.
+
+  * `get='ntk'`: infinitely wide networks trained to convergence (`t = inf`
+    in `gradient_descent_mse_ensemble`), whose outputs at initialization have
+    the prior `K`:
+
+      mean = Theta_* Theta_reg^{-1} y,
+      cov = K_** - Theta_* Theta_reg^{-1} K_*^T - K_* Theta_reg^{-1} Theta_*^T
+            + Theta_* Theta_reg^{-1} K Theta_reg^{-1} Theta_*^T,
+
+    with the train-train NNGP `K` not regularized.
 
   Each train-train kernel is eigendecomposed once, on first use.
 
   Args:
     k_train_train: train-train kernel: an array (used as the kernel of any
       `get`), or an `nt.Kernel` / namedtuple with the `nngp` and/or `ntk`
-      kernels that the calls need (the `ntk` covariance needs both).
+      kernels that the calls need ('ntkgp' needs `ntk`; the 'ntk'
+      covariance needs both).
     y_train: targets, `(N, O_1, ..., O_d)`.
-    diag_reg: diagonal regularizer (noise variance) of the train-train
-      kernel, relative to its mean diagonal entry.
+    diag_reg: diagonal regularizer (noise variance) of the inverted
+      train-train kernel, relative to its mean diagonal entry.
     diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
     trace_axes: output axes traced out of the kernels.
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
-    each `get` (a namedtuple for `get=None` or a tuple; the value itself for
-    a string or when all kernels are arrays and `get=None`), a
+    each `get` in 'nngp', 'ntk', 'ntkgp' (a namedtuple with fields in the
+    order of `get` for a tuple, `('nngp', 'ntk')` for `get=None`; the value
+    itself for a string or when all kernels are arrays and `get=None`), a
     `Gaussian(mean, covariance)`; `covariance` is `None` unless `k_test_test`
     is given. `k_test_train=None` predicts on the training points (with the
     unregularized kernel).
@@ -754,37 +906,38 @@ def gp_inference(
   Example:
     >>> predict_fn = nt.predict.gp_inference(k_train_train, y_train,
     ...                                      diag_reg=1e-3)
-    >>> mean, cov = predict_fn('nngp', k_test_train, k_test_test)
+    >>> mean, cov = predict_fn('ntkgp', k_test_train, k_test_test)
   """
   y_train = jnp.asarray(y_train)
   layout = _layout(y_train, trace_axes)
   n_pairs = len(layout.untraced)
   cache: dict[Any, Any] = {}
 
-  def matrix(k: Any, name: str, arg: str, square: bool) -> Array:
+  def matrix(k: Any, kernel: str, arg: str, square: bool) -> Array:
     if _is_kernel_like(k):
-      k = getattr(k, name, None)
+      k = getattr(k, kernel, None)
       if k is None:
-        raise ValueError(f'`{arg}` has no "{name}" kernel, needed for '
-                         f'`get="{name}"` (the "ntk" covariance also needs '
-                         '"nngp"); pass a kernel that contains it.')
+        raise ValueError(
+            f'`{arg}` has no "{kernel}" kernel; `get="nngp"` needs "nngp", '
+            '"ntk" and "ntkgp" need "ntk", and the "ntk" covariance also needs'
+            ' "nngp". Pass a kernel that contains it.')
     k = jnp.asarray(k)
     _check_kernel(k, arg, y_train, layout, trace_axes, square=square)
     return _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
                              n_pairs)
 
-  def train(name: str) -> Array:
-    return _cached(cache, ('k', name),
-                   lambda: matrix(k_train_train, name, 'k_train_train', True))
+  def train(kernel: str) -> Array:
+    return _cached(cache, ('k', kernel),
+                   lambda: matrix(k_train_train, kernel, 'k_train_train', True))
 
-  def flow(name: str) -> tuple[_Eigen, Array]:
+  def flow(kernel: str) -> tuple[_Eigen, Array]:
     def compute():
-      k = train(name)
+      k = train(kernel)
       _check_finite(k, 'k_train_train')
       eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
       y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
       return eig, eig.evecs.T @ y
-    return _cached(cache, ('flow', name), compute)
+    return _cached(cache, ('flow', kernel), compute)
 
   def predict_fn(get: Get = None,
                  k_test_train: Any = None,
@@ -795,35 +948,38 @@ def gp_inference(
     compute_cov = k_test_test is not None
     out = {}
     for name in names:
-      eig, y_eigen = flow(name)
+      posterior = _POSTERIORS[name]
+      eig, y_eigen = flow(posterior.flow)
       if k_test_train is None:
-        k_test, test_shape = train(name), y_train.shape
+        k_test, test_shape = train(posterior.flow), y_train.shape
       else:
-        k_test = matrix(k_test_train, name, 'k_test_train', False)
-        test_shape = _test_shape(_kernel_of(k_test_train, name), y_train,
-                                 layout)
+        k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
+        test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
+                                 y_train, layout)
       scales = _integrated_relaxation(eig, None)
       b = k_test @ eig.evecs
       mean = _matrix_to_outputs(_scaled_product(b, scales, y_eigen)[0],
                                 test_shape, layout)
       cov = None
       if compute_cov:
-        k_nngp_test = (train('nngp') if k_test_train is None else
-                       matrix(k_test_train, 'nngp', 'k_test_train', False))
-        k_tt = _kernel_to_matrix(jnp.asarray(_kernel_of(k_test_test, 'nngp')),
-                                 n_pairs)
+        k_prior_test = (
+            train(posterior.prior) if k_test_train is None else
+            matrix(k_test_train, posterior.prior, 'k_test_train', False))
+        k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
         row_shape = _test_row_shape(test_shape, layout)
-        if k_tt.shape != (math.prod(row_shape),) * 2:
+        expected = tuple(size for size in row_shape for _ in range(2))
+        if k_tt_array.shape != expected:
           raise ValueError(
-              f'`k_test_test` has shape {_kernel_of(k_test_test, "nngp").shape}'
-              f' but the test outputs have shape {test_shape}: pass the '
-              'test-test kernel of the same test points as `k_test_train`.')
+              f'`k_test_test` has shape {k_tt_array.shape} but the test '
+              f'outputs have shape {test_shape}, which need a test-test '
+              f'kernel of shape {expected}: pass the test-test kernel of the '
+              'same test points as `k_test_train`.')
+        k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
         middle = None
-        if name == 'ntk' and _is_kernel_like(k_train_train):
-          middle = _cached(cache, ('middle', name), lambda: (
-              eig.evecs.T @ _regularize(train('nngp'), diag_reg,
-                                        diag_reg_absolute_scale) @ eig.evecs))
-        d = eig.evecs.T @ k_nngp_test.T
+        if posterior.prior != posterior.flow:
+          middle = _cached(cache, ('middle', posterior), lambda: (
+              eig.evecs.T @ train(posterior.prior) @ eig.evecs))
+        d = eig.evecs.T @ k_prior_test.T
         cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
                                     middle, eig.evals)[0]
         cov = _matrix_to_covariance(cov, row_shape)
