@@ -714,5 +714,40 @@ class OneFeatureExpGaussianTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(error, 0.04)
 
 
+class ChaoticPhaseTest(test_utils.NeuralTangentsTestCase):
+  """Deep `Erf` networks in the chaotic phase, where rounding errors grow.
+
+  There the slope of the correlation map at `c = q` exceeds 1, so any
+  difference between the NNGP's batch diagonal and the variance `cov1` is
+  amplified at every layer.
+  """
+
+  def _reference(self, x, w_std, b_std, depth):
+    """The NNGP recursion in float64 numpy (Williams' arcsine kernel)."""
+    k = w_std**2 * x @ x.T / x.shape[1] + b_std**2
+    for _ in range(depth):
+      d = np.sqrt(1 + 2 * np.diag(k))
+      k = w_std**2 * 2 / np.pi * np.arcsin(2 * k / np.outer(d, d)) + b_std**2
+    return k
+
+  @parameterized.named_parameters(('serial', 'serial'), ('folded', 'folded'),
+                                  ('repeat', 'repeat'))
+  def test_float32_nngp_diagonal_stays_the_variance(self, construction):
+    w_std, b_std, depth = 2.2857144, 0.2857143, 30
+    x = np.array([[1., 0.], [.6, .8]]) * np.sqrt(2.)
+    block = stax.serial(stax.Erf(), stax.Dense(1, W_std=w_std, b_std=b_std))
+    first = stax.Dense(1, W_std=w_std, b_std=b_std)
+    if construction == 'repeat':
+      _, _, kernel_fn = stax.serial(first, stax.repeat(block, depth))
+    else:
+      _, _, kernel_fn = stax.serial(first, *[block] * depth,
+                                    fold_repeats=construction == 'folded')
+    with jax.enable_x64(False):
+      k = kernel_fn(jnp.asarray(x, jnp.float32), None)
+    np.testing.assert_array_equal(np.diag(k.nngp), k.cov1)
+    np.testing.assert_allclose(k.nngp, self._reference(x, w_std, b_std, depth),
+                               rtol=1e-5)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -478,6 +478,22 @@ def nngp_fn_kernel_map(nngp_fn: NngpFn,
 # Applying a kernel map to a `Kernel`.
 
 
+def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
+  """`nngp` of `x1` with itself, its batch diagonal set to `cov1`.
+
+  The two are equal in exact arithmetic, but they are computed by separate
+  (differently fused) operations, and in the chaotic phase a nonlinearity's
+  kernel map amplifies a difference between them at every layer (the slope of
+  the correlation map at `c = q` exceeds 1): in float32, a 30-layer `Erf`
+  network with `W_std=2.29` ends with an NNGP diagonal 21% below the variance.
+  Setting the diagonal from `cov1` keeps `nngp[i, i] == cov1[i]` exactly.
+  """
+  if nngp.shape == cov1.shape:  # `cov1` is the full batch-by-batch covariance.
+    return cov1
+  batch = jnp.arange(nngp.shape[0])
+  return nngp.at[batch, batch].set(cov1)
+
+
 def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
   """Applies a nonlinearity's kernel map to every covariance of `k`."""
   if not k.is_gaussian:
@@ -492,6 +508,8 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
   cov2 = (None if k.cov2 is None else
           kernel_map(*variances['cov2'], k.cov2, False)[0])
   ntk = None if k.ntk is None else dot * k.ntk
+  if k.x1_is_x2:
+    nngp = _with_batch_diagonal(nngp, cov1)
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False)
 
