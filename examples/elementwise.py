@@ -95,7 +95,7 @@ def run(dataset: str, train_size: int, n_samples: int, width: int,
     init_fn, apply_fn, _ = network(stax.Elementwise(fn, nngp_fn), width, 32)
     monte_carlo = nt.monte_carlo_kernel_fn(
         init_fn, apply_fn, random.PRNGKey(0), n_samples, vmap_axes=0,
-        progress=n_samples >= 256)(x, None, ('nngp', 'ntk'))
+        progress=True)(x, None, ('nngp', 'ntk'))
     row = {}
     for method, k in (('numerical', numerical), ('monte_carlo', monte_carlo)):
       for kind in ('nngp', 'ntk'):
