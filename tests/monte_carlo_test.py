@@ -122,7 +122,7 @@ def _linear_init(key, input_shape):
 
 
 def _noisy_linear_apply(params, x, rng=None):
-  noise = 1. if rng is None else 1. + random.normal(rng, (3,))
+  noise = 1. if rng is None else 1. + random.normal(rng, (1, 3))
   return (x @ params['w']) * noise
 
 
