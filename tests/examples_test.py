@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from absl.testing import absltest
+import numpy as np
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_ROOT, 'examples')
@@ -140,6 +141,61 @@ class ExamplesTest(absltest.TestCase):
     self.assertIn('repeat, depth 1000: compiled in', out)
     self.assertTrue(0 < number(r'NTK diagonal mean ([\d.]+)', out) < 1e3)
     self.assertLess(number(r'NTK: ([\d.e+-]+)', out), 1e-3)
+
+
+def _datasets_module():
+  sys.path.insert(0, _EXAMPLES)
+  try:
+    import datasets  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(_EXAMPLES)
+  return datasets
+
+
+@absltest.skipUnless(_HAVE_SKLEARN, 'needs scikit-learn')
+class DatasetsTest(absltest.TestCase):
+
+  def test_shapes_and_targets(self):
+    datasets = _datasets_module()
+    for name, shape, classes in (('digits', (64,), 10),
+                                 ('digit_images', (16, 16, 3), 10),
+                                 ('digit_sequences', (8, 8), 2)):
+      data = datasets.load(name, 30, 20)
+      self.assertEqual(data.x_train.shape, (30,) + shape, msg=name)
+      self.assertEqual(data.x_test.shape, (20,) + shape, msg=name)
+      self.assertEqual(data.y_train.shape, (30, classes), msg=name)
+      self.assertEqual(data.x_train.dtype, np.float32, msg=name)
+      # One-hot minus 1 / classes: rows sum to zero, argmax is the class.
+      np.testing.assert_allclose(data.y_test.sum(-1), 0., atol=1e-6)
+      np.testing.assert_allclose(data.y_train.max(-1), 1 - 1 / classes,
+                                 rtol=1e-6)
+
+  def test_sequences_are_padded_with_the_mask_constant(self):
+    datasets = _datasets_module()
+    x = datasets.load('digit_sequences', 200, 1).x_train
+    padded = np.all(x == datasets.MASK_CONSTANT, axis=-1)
+    lengths = (~padded).sum(-1)
+    self.assertEqual((lengths.min(), lengths.max()), (5, 8))
+    # Padding only at the end of each sequence.
+    for row, length in zip(padded, lengths):
+      self.assertFalse(row[:length].any())
+      self.assertTrue(row[length:].all())
+
+  def test_bad_arguments(self):
+    datasets = _datasets_module()
+    with self.assertRaisesRegex(ValueError, "`dataset` must be one of.*'svhn'"):
+      datasets.load('svhn', 10, 10)
+    with self.assertRaisesRegex(ValueError, '`train_size` must be >= 1; got 0'):
+      datasets.load('digits', 0, 10)
+    with self.assertRaisesRegex(ValueError, 'at most 1797.*Pass smaller'):
+      datasets.load('digits', 1500, 500)
+
+  def test_tfds_without_the_package_names_the_fix(self):
+    datasets = _datasets_module()
+    with absltest.mock.patch.dict(sys.modules,
+                                  {'tensorflow_datasets': None}):
+      with self.assertRaisesRegex(ImportError, r'pip install "\.\[tfds\]"'):
+        datasets.load('mnist', 10, 10)
 
 
 if __name__ == '__main__':
