@@ -23,16 +23,21 @@ INSTALL_REQUIRES = [
     'scipy>=1.10',
 ]
 
-TESTS_REQUIRE = [
-    'flax>=0.10',
-    'pytest>=7',
-    'pytest-xdist>=3',
+EXAMPLES_REQUIRE = [
+    'scikit-learn>=1.2',
     'tqdm>=4',
 ]
 
-EXAMPLES_REQUIRE = [
-    'scikit-learn>=1.2',
-]
+# tests/ also runs every example and notebook.
+TESTS_REQUIRE = [
+    'flax>=0.10',
+    'ipykernel>=6',
+    'matplotlib>=3.7',
+    'nbclient>=0.8',
+    'nbformat>=5.7',
+    'pytest>=7',
+    'pytest-xdist>=3',
+] + EXAMPLES_REQUIRE
 
 setuptools.setup(
     name='neural-tangents',
@@ -50,6 +55,9 @@ setuptools.setup(
         'test': TESTS_REQUIRE,
         'examples': EXAMPLES_REQUIRE,
         'progress': ['tqdm>=4'],
+        # `examples/datasets.py --dataset=mnist|cifar10|imdb_reviews`, with
+        # the data already prepared locally.
+        'tfds': ['tensorflow-datasets>=4.9'],
     },
     classifiers=[
         'Programming Language :: Python :: 3',

@@ -6,55 +6,51 @@ images, 10 classes; no download), by exact Bayesian inference (NNGP) and by
 gradient descent to convergence (NTK), and prints the test accuracy of both.
 
 Usage:
-  python examples/infinite_fcn.py [--train_size 1000]
+  python examples/infinite_fcn.py [--train_size=1000] [--dataset=digits]
 """
-import argparse
+from absl import app
+from absl import flags
 
-import jax.numpy as jnp
-import numpy as np
-from sklearn import datasets
-
+import datasets
 import neural_tangents as nt
 from neural_tangents import stax
 
-
-def load_digits(train_size: int):
-  """Standardized digit images and one-hot (zero-mean) labels."""
-  digits = datasets.load_digits()
-  x = digits.data.astype(np.float32)
-  x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-  # Unit-norm inputs, as is usual for kernels of fully connected networks.
-  x = x / np.linalg.norm(x, axis=1, keepdims=True) * np.sqrt(x.shape[1])
-  y = np.eye(10, dtype=np.float32)[digits.target] - 0.1
-  order = np.random.RandomState(0).permutation(len(x))
-  x, y = x[order], y[order]
-  return (x[:train_size], y[:train_size]), (x[train_size:], y[train_size:])
+_DATASET = flags.DEFINE_enum('dataset', 'digits', datasets.NAMES,
+                             'Dataset, see examples/datasets.py.')
+_TRAIN_SIZE = flags.DEFINE_integer('train_size', 1000, 'Training examples.')
+_TEST_SIZE = flags.DEFINE_integer('test_size', 797, 'Test examples.')
+_BATCH_SIZE = flags.DEFINE_integer(
+    'batch_size', 0, 'Kernel block size for `nt.batch` (0: one block).')
 
 
-def accuracy(predictions, labels) -> float:
-  return float(jnp.mean(jnp.argmax(predictions, 1) == jnp.argmax(labels, 1)))
-
-
-def main(train_size: int) -> dict[str, float]:
-  (x_train, y_train), (x_test, y_test) = load_digits(train_size)
+def run(dataset: str, train_size: int, test_size: int,
+        batch_size: int) -> dict[str, float]:
+  """Prints and returns the NNGP and NTK test accuracies."""
+  data = datasets.load(dataset, train_size, test_size)
   _, _, kernel_fn = stax.serial(
+      stax.Flatten(),
       stax.Dense(512, W_std=1.5, b_std=0.05), stax.Relu(),
       stax.Dense(512, W_std=1.5, b_std=0.05), stax.Relu(),
       stax.Dense(1, W_std=1.5, b_std=0.05))
+  kernel_fn = nt.batch(kernel_fn, batch_size=batch_size,
+                       progress=batch_size > 0)
 
   predict_fn = nt.predict.gradient_descent_mse_ensemble(
-      kernel_fn, x_train, y_train, diag_reg=1e-4)
+      kernel_fn, data.x_train, data.y_train, diag_reg=1e-4)
   # `t=None`: the infinitely long trained (NTK) / exact posterior (NNGP) mean.
-  means = predict_fn(x_test=x_test, get=('nngp', 'ntk'))
-  result = {'nngp': accuracy(means.nngp, y_test),
-            'ntk': accuracy(means.ntk, y_test)}
-  print(f'Train size {len(x_train)}, test size {len(x_test)}.')
+  means = predict_fn(x_test=data.x_test, get=('nngp', 'ntk'))
+  result = {'nngp': datasets.accuracy(means.nngp, data.y_test),
+            'ntk': datasets.accuracy(means.ntk, data.y_test)}
+  print(f'Train size {len(data.x_train)}, test size {len(data.x_test)}.')
   for name, acc in result.items():
     print(f'{name.upper()} test accuracy: {acc:.4f}')
   return result
 
 
+def main(argv) -> None:
+  del argv
+  run(_DATASET.value, _TRAIN_SIZE.value, _TEST_SIZE.value, _BATCH_SIZE.value)
+
+
 if __name__ == '__main__':
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--train_size', type=int, default=1000)
-  main(parser.parse_args().train_size)
+  app.run(main)

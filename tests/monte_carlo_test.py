@@ -8,6 +8,8 @@ tolerance is tight enough to reject the kernel of a slightly different
 network (`b_std` 0.3 instead of 0.1).
 """
 import functools
+import sys
+import types
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -120,7 +122,7 @@ def _linear_init(key, input_shape):
 
 
 def _noisy_linear_apply(params, x, rng=None):
-  noise = 1. if rng is None else 1. + random.normal(rng, (3,))
+  noise = 1. if rng is None else 1. + random.normal(rng, (1, 3))
   return (x @ params['w']) * noise
 
 
@@ -244,6 +246,65 @@ class ErrorsTest(test_utils.NeuralTangentsTestCase):
   def test_unknown_implementation(self):
     with self.assertRaisesRegex(ValueError, 'implementation=7'):
       self._kernel_fn(2, implementation=7)
+
+
+class ProgressTest(test_utils.NeuralTangentsTestCase):
+
+  def _fake_tqdm(self, updates):
+
+    class FakeBar:
+
+      def __init__(self, total, **kwargs):
+        del kwargs
+        updates.append(('total', total))
+
+      def update(self, n):
+        updates.append(n)
+
+      def close(self):
+        updates.append('closed')
+
+    fake = types.ModuleType('tqdm')
+    fake.tqdm = FakeBar
+    return absltest.mock.patch.dict(sys.modules, {'tqdm': fake})
+
+  def test_progress_counts_samples_and_keeps_the_estimate(self):
+    x1, x2 = _inputs()
+    n = 45  # Chunks of 3 samples (45 / 20 rounded up): 15 updates.
+    plain = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply, _KEY,
+                                     n)(x1, x2, None)
+    updates = []
+    with self._fake_tqdm(updates):
+      with_bar = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                          _KEY, n, progress=True)
+      k = with_bar(x1, x2, None)
+    self.assertEqual(updates[0], ('total', n))
+    self.assertEqual(updates[1:-1], [3] * 15)
+    self.assertEqual(updates[-1], 'closed')
+    self.assertAllClose(k.nngp, plain.nngp)
+    self.assertAllClose(k.ntk, plain.ntk)
+
+  def test_progress_over_a_generator(self):
+    x1, x2 = _inputs()
+    counts = (2, 5)
+    updates = []
+    with self._fake_tqdm(updates):
+      kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                           _KEY, counts, progress=True)
+      estimates = list(kernel_fn(x1, x2, 'ntk'))
+    self.assertEqual(updates[0], ('total', 5))
+    self.assertEqual(sum(u for u in updates if isinstance(u, int)), 5)
+    self.assertEqual(updates[-1], 'closed')
+    for n, estimate in zip(counts, estimates):
+      separate = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                          _KEY, n)
+      self.assertAllClose(estimate, separate(x1, x2, 'ntk'), msg=str(n))
+
+  def test_progress_without_tqdm_is_an_import_error(self):
+    with absltest.mock.patch.dict(sys.modules, {'tqdm': None}):
+      with self.assertRaisesRegex(ImportError, 'pip install tqdm'):
+        nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply, _KEY, 2,
+                                 progress=True)
 
 
 if __name__ == '__main__':

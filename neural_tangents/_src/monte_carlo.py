@@ -40,6 +40,8 @@ from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
 
 _KERNEL_NAMES = ('nngp', 'ntk')
+# With `progress=True`, the number of chunks the samples are summed in.
+_PROGRESS_STEPS = 20
 
 
 def monte_carlo_kernel_fn(
@@ -53,7 +55,9 @@ def monte_carlo_kernel_fn(
     trace_axes: Axes = (-1,),
     diagonal_axes: Axes = (),
     vmap_axes: Any = None,
-    implementation: Union[NtkImplementation, int] = DEFAULT_NTK_IMPLEMENTATION
+    implementation: Union[NtkImplementation, int] = DEFAULT_NTK_IMPLEMENTATION,
+    *,
+    progress: bool = False
 ) -> Callable[..., Any]:
   """Monte Carlo estimate of the NNGP and NTK from random initializations.
 
@@ -93,6 +97,10 @@ def monte_carlo_kernel_fn(
       `nt.empirical_kernel_fn`.
     implementation: how the empirical NTK is computed (`NtkImplementation` or
       its int value); all give the same estimate for the same `key`.
+    progress: whether to show a `tqdm` progress bar of the networks sampled
+      (requires the optional `tqdm` package). The samples are then summed in
+      up to 20 chunks (the same networks; the sum may differ
+      by float rounding).
 
   Returns:
     `kernel_fn(x1, x2=None, get=None, **apply_fn_kwargs)`: for `get` 'nngp'
@@ -117,6 +125,8 @@ def monte_carlo_kernel_fn(
     raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
                     '. Pass e.g. `jax.random.PRNGKey(0)`.')
   batching._check_batch_size(batch_size)  # pylint: disable=protected-access
+  if progress:
+    batching._tqdm()  # pylint: disable=protected-access
   devices = batching._devices(device_count)  # pylint: disable=protected-access
   empirical = empirical_kernel_fn(apply_fn, trace_axes, diagonal_axes,
                                   vmap_axes, implementation)
@@ -159,23 +169,56 @@ def monte_carlo_kernel_fn(
     return summed(x1, x2, get, np.asarray(start, np.int32),
                   np.asarray(stop, np.int32), **kwargs)
 
+  def progress_bar(x1, x2) -> Any:
+    traced = any(isinstance(x, jax.core.Tracer)
+                 for x in jax.tree_util.tree_leaves((x1, x2)))
+    if not progress or traced:
+      return None
+    return batching._tqdm()(  # pylint: disable=protected-access
+        total=counts[-1], desc='Monte Carlo samples', unit='network')
+
+  def range_sum(x1, x2, get, start, stop, kwargs, bar):
+    """Sum over samples `start <= s < stop`, in chunks advancing `bar`."""
+    if bar is None:
+      return partial_sum(x1, x2, get, start, stop, kwargs)
+    step = max(1, -(-counts[-1] // _PROGRESS_STEPS))
+    total = None
+    for lo in range(start, stop, step):
+      hi = min(lo + step, stop)
+      part = partial_sum(x1, x2, get, lo, hi, kwargs)
+      total = part if total is None else jax.tree_util.tree_map(
+          lambda a, b: a + b, total, part)
+      bar.update(hi - lo)
+    return total
+
   def estimates(x1, x2, get, kwargs) -> Generator[Any, None, None]:
     total, done = None, 0
-    for n in counts:
-      if n > done:
-        part = partial_sum(x1, x2, get, done, n, kwargs)
-        total = part if total is None else jax.tree_util.tree_map(
-            lambda a, b: a + b, total, part)
-        done = n
-      yield _divide(total, n)
+    bar = progress_bar(x1, x2)
+    try:
+      for n in counts:
+        if n > done:
+          part = range_sum(x1, x2, get, done, n, kwargs, bar)
+          total = part if total is None else jax.tree_util.tree_map(
+              lambda a, b: a + b, total, part)
+          done = n
+        yield _divide(total, n)
+    finally:
+      if bar is not None:
+        bar.close()
 
   def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
                 **apply_fn_kwargs) -> Any:
     get = _check_get(get)
     if as_generator:
       return estimates(x1, x2, get, apply_fn_kwargs)
-    return _divide(partial_sum(x1, x2, get, 0, counts[0], apply_fn_kwargs),
-                   counts[0])
+    bar = progress_bar(x1, x2)
+    try:
+      return _divide(
+          range_sum(x1, x2, get, 0, counts[0], apply_fn_kwargs, bar),
+          counts[0])
+    finally:
+      if bar is not None:
+        bar.close()
 
   return kernel_fn
 
