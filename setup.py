@@ -14,22 +14,23 @@ def _version() -> str:
   raise RuntimeError('`__version__` not found in neural_tangents/__init__.py.')
 
 
+# What `neural_tangents` imports, and nothing else.
 INSTALL_REQUIRES = [
-    'absl-py>=1.0',
-    'frozendict>=2.3',
     'jax>=0.6',
     'jaxlib>=0.6',
     'numpy>=1.24',
-    'scipy>=1.10',
+    'opt_einsum>=3.3',
 ]
 
 EXAMPLES_REQUIRE = [
+    'absl-py>=1.0',
     'scikit-learn>=1.2',
     'tqdm>=4',
 ]
 
 # tests/ also runs every example and notebook.
 TESTS_REQUIRE = [
+    'absl-py>=1.0',
     'flax>=0.10',
     'ipykernel>=6',
     'matplotlib>=3.7',
@@ -37,6 +38,7 @@ TESTS_REQUIRE = [
     'nbformat>=5.7',
     'pytest>=7',
     'pytest-xdist>=3',
+    'scipy>=1.10',
 ] + EXAMPLES_REQUIRE
 
 setuptools.setup(
