@@ -163,7 +163,8 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(D(B.MAYBE, B.NO) >> D(B.NO, B.NO), D(B.NO, B.NO))
     self.assertEqual(D(B.MAYBE, B.YES) >> D(B.NO, B.NO), D(B.YES, B.NO))
     self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.YES),
-                     D(B.MAYBE, B.YES))
+                     D(B.YES, B.YES))
+    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.NO), D(B.MAYBE, B.NO))
     self.assertEqual(D(B.YES, B.MAYBE) & D(B.MAYBE, B.YES),
                      D(B.MAYBE, B.MAYBE))
 
@@ -259,12 +260,14 @@ class ConflictTest(test_utils.NeuralTangentsTestCase):
 
   def test_nested_and_repeated_conflicts_raise(self):
     x = jnp.ones((2, 4, 3))
-    block = stax.serial(_DiagonalOnly(), stax.Relu())
+    conv = stax.Conv(2, (2,), padding='SAME')
+    block = stax.serial(conv, _DiagonalOnly(), stax.Relu())
     _, _, kernel_fn = stax.serial(block, stax.serial(stax.GlobalAvgPool()))
     with self.assertRaisesRegex(ValueError, 'cannot agree'):
       kernel_fn(x, None)
     # Layers agreeing on a representation are unaffected.
-    _, _, ok_fn = stax.serial(_DiagonalOnly(), stax.Relu(), stax.Flatten())
+    _, _, ok_fn = stax.serial(conv, _DiagonalOnly(), stax.Relu(),
+                              stax.Flatten())
     self.assertEqual(ok_fn(x, None, 'nngp').shape, (2, 2))
 
 

@@ -15,6 +15,13 @@ that users call, which:
 3. builds the input `Kernel`, skipping the NTK when `get` does not need it;
 4. runs the ops and returns what `get` asks for.
 
+A layer written by hand, `(init_fn, apply_fn, kernel_fn)` with a plain
+`kernel_fn(k, **kwargs)` (no `@requires`, no `@layer`), works in `serial` and
+`parallel` and is given full covariances (`diagonal_batch=False`,
+`diagonal_spatial=False`). `serial` raises a `ValueError` when two
+consecutive layers cannot agree on a representation (one gives only spatial
+diagonals, the next needs the full covariance).
+
 Representation requirements are stated per axis kind (`diagonal_batch`,
 `diagonal_spatial`) with a `Diagonal(input, output)`:
 
@@ -593,9 +600,10 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
           ) -> Callable[..., tuple[Callable, Callable, Callable]]:
   """Makes `layer_fn(...) -> (init_fn, apply_fn, kernel_op)` a stax layer.
 
-  The kernel op must have been decorated with `@requires` (or be the
-  `kernel_fn` of another layer). The returned layer's `kernel_fn` is the
-  public one (see `public_kernel_fn`), named after the layer.
+  The kernel op is decorated with `@requires` (or is the `kernel_fn` of
+  another layer); an undecorated one is given full covariances (see
+  `undeclared_kernel_op`). The returned layer's `kernel_fn` is the public one
+  (see `public_kernel_fn`), named after the layer.
   """
 
   @functools.wraps(layer_fn)

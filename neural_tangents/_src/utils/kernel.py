@@ -45,8 +45,9 @@ class Kernel:
     x1_is_x2: whether the kernel was computed with `x2=None`.
     is_gaussian: whether the outputs are jointly Gaussian (true after an affine
       layer, false after a nonlinearity).
-    is_reversed: whether the spatial axes are stored in reverse order. Always
-      `False` in this implementation; kept so that code inspecting it works.
+    is_reversed: whether the spatial axes are stored in reverse order (see
+      `reverse`). Layers compute on `is_reversed=False` kernels and restore
+      that order when given a reversed one.
     is_input: whether this is the kernel of the raw inputs.
     diagonal_batch: whether `cov1` / `cov2` keep only the batch diagonal.
     diagonal_spatial: whether only the spatial diagonal is stored.
@@ -56,6 +57,10 @@ class Kernel:
     channel_axis: channel axis of the activations.
     mask1: boolean mask of `x1` (`True` = masked out), or `None`.
     mask2: boolean mask of `x2`, or `None`.
+
+  The positional field order is the one above (that of Neural Tangents
+  0.6.5). Methods: `asdict`, `astuple`, `slice`, `reverse`, `transpose`,
+  `mask`, `dot_general`, `replace`.
 
   Example:
     >>> from neural_tangents import stax
