@@ -581,6 +581,10 @@ class _Computation:
         lambda a, xi: jax.tree_util.tree_map(
             lambda l: _take(l, indices, a), xi), axes, x)
 
+  def _representation(self) -> dict[str, Any]:
+    """The `diagonal_batch` / `diagonal_spatial` of the outputs."""
+    return self.kwargs
+
   def _block_inputs(self, task: _Task) -> tuple[Any, Any]:
     """`(x1, x2)` of a block; `x2` is None on a symmetric grid's diagonal."""
     return (self._inputs(task.i, 1),
@@ -677,7 +681,7 @@ class _Computation:
     ref_tasks = diagonal_tasks if self.symmetric else other_tasks
     outputs = self._run_tasks(ref_tasks, bar)
     task, ref = next(outputs)
-    specs = _leaf_specs(ref, self.get, self.kwargs, self.analytic)
+    specs = _leaf_specs(ref, self.get, self._representation(), self.analytic)
     assembler = _Assembler(specs, self.grid, self.on_host)
     need_lower = self.symmetric and not all(
         s.transposable for s in specs if s.role == _Role.PAIR)
@@ -759,6 +763,12 @@ class _KernelComputation(_Computation):
     first = _kernels(x1)[0]
     self.symmetric = first.x1_is_x2
     return first.nngp.shape[0], first.nngp.shape[1]
+
+  def _representation(self) -> dict[str, Any]:
+    # Kernel functions keep the representation of the kernel they are given.
+    first = _kernels(self.x1)[0]
+    return {'diagonal_batch': first.diagonal_batch,
+            'diagonal_spatial': first.diagonal_spatial}
 
   def _block_inputs(self, task: _Task) -> tuple[Any, Any]:
     rows = self.grid.indices(task.i, 1)
