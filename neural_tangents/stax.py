@@ -53,6 +53,7 @@ from neural_tangents._src.stax.linear import Flatten
 from neural_tangents._src.stax.linear import Identity
 from neural_tangents._src.stax.linear import Parameterization
 from neural_tangents._src.stax.masking import MaskedArray
+from neural_tangents._src.stax.masking import unmask_fn
 from neural_tangents._src.stax.normalization import LayerNorm
 from neural_tangents._src.stax.pooling import AvgPool
 from neural_tangents._src.stax.pooling import GlobalAvgPool

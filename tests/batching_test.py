@@ -153,6 +153,39 @@ class AnalyticTest(BatchTestCase):
       self.assertIsNotNone(actual.mask1)
       self.assertTrue(np.asarray(actual.mask1)[1, 2].all())
 
+  def test_nested_tuple_inputs(self):
+    _, _, kernel_fn = stax.parallel(
+        stax.parallel(stax.Dense(3, 1.5), stax.Dense(3)), stax.Dense(3))
+    a1, a2 = _inputs(5, 3, (2,))
+    b1, b2 = _inputs(5, 3, (4,))
+    x1, x2 = ((a1, b1), a1), ((a2, b2), a2)
+    for x2_ in (None, x2):
+      self.assertSameKernel(nt.batch(kernel_fn, 2)(x1, x2_),
+                            kernel_fn(x1, x2_))
+
+  @parameterized.parameters(
+      ('symmetric', True, False), ('given', True, False),
+      ('symmetric', False, False), ('given', True, True))
+  def test_kernel_input(self, which, diagonal_batch, host):
+    first = stax.serial(stax.Conv(4, (2,), padding='SAME', W_std=1.5,
+                                  b_std=0.1), stax.Relu())
+    _, _, kernel_fn = stax.serial(stax.Conv(3, (2,), b_std=0.2), stax.Erf())
+    x1, x2 = _inputs(5, 3, (4, 2))
+    k = first[2](x1, None if which == 'symmetric' else x2,
+                 diagonal_batch=diagonal_batch)
+    batched = nt.batch(kernel_fn, 2, store_on_device=not host)
+    for get in (None, 'ntk', ('nngp', 'cov1')):
+      self.assertSameKernel(batched(k, None, get), kernel_fn(k, None, get),
+                            host)
+
+  def test_kernel_tree_input(self):
+    _, _, kernel_fn = stax.serial(stax.parallel(stax.Dense(3), stax.Relu()),
+                                  stax.FanInSum())
+    x1, _ = _inputs(5, 1)
+    ks = stax.serial(stax.Dense(3), stax.FanOut(2))[2](x1, None)
+    self.assertSameKernel(nt.batch(kernel_fn, 2)(ks, None),
+                          kernel_fn(ks, None))
+
   def test_batch_size_zero_is_unbatched(self):
     _, _, kernel_fn = _network()
     x1, x2 = _inputs(5, 3)
@@ -252,7 +285,7 @@ def _pattern_kernel_fn(x1, x2=None, get=None, *, pattern=None, weights=None,
   if x2 is None:
     x2 = x1
     p2 = p1 if p2 is None else p2
-  w = 1. if weights is None else weights
+  w = 1. if weights is None else jnp.expand_dims(weights, 0)
   k = jnp.einsum('nf,mf->nm', x1 * p1[:, None], x2 * p2[:, None] * w)
   if rng is not None:
     k += random.uniform(rng)
@@ -350,12 +383,12 @@ class ErrorsTest(BatchTestCase):
     with self.assertRaisesRegex(ValueError, '`device_count` must be -1'):
       nt.batch(kernel_fn, 2, device_count=-2)
 
-  def test_kernel_input(self):
+  def test_kernel_input_with_x2(self):
     _, _, kernel_fn = _network()
     x1, _ = _inputs(3, 1)
     k = stax.Identity()[2](x1)
-    with self.assertRaisesRegex(TypeError, 'got a `Kernel`'):
-      nt.batch(kernel_fn, 2)(k)
+    with self.assertRaisesRegex(TypeError, 'takes `x2=None`'):
+      nt.batch(kernel_fn, 2)(k, x1)
 
   def test_output_not_indexed_by_examples(self):
     with self.assertRaisesRegex(ValueError, 'cannot assemble'):

@@ -160,14 +160,18 @@ def _batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
   @functools.wraps(kernel_fn)
   def batched_kernel_fn(x1_or_kernel: Any, x2: Any = None, *args,
                         **kwargs) -> Any:
-    # pylint: disable-next=protected-access
-    if requirements._is_kernel_tree(x1_or_kernel):
-      raise TypeError(
-          'A batched kernel function splits input arrays into blocks; got a '
-          '`Kernel` as `x1`. Call it on the inputs `x1`, `x2` (or use the '
-          'unbatched `kernel_fn` on kernels).')
-    computation = _Computation(kernel_fn, block_fn, x1_or_kernel, x2, args,
-                               kwargs, batch_size, store_on_device, progress)
+    computation_type = _Computation
+    if requirements.is_kernel_tree(x1_or_kernel):
+      if x2 is not None:
+        raise TypeError(
+            'A batched kernel function called on a `Kernel` takes `x2=None` '
+            f'(the kernel holds both inputs); got x2 of type '
+            f'{type(x2).__name__}. Call it as `batched_kernel_fn(k, None, '
+            'get)`.')
+      computation_type = _KernelComputation
+    computation = computation_type(kernel_fn, block_fn, x1_or_kernel, x2,
+                                   args, kwargs, batch_size, store_on_device,
+                                   progress)
     return computation.run()
 
   return batched_kernel_fn
@@ -514,10 +518,7 @@ class _Computation:
     self.progress = progress
     self.symmetric = x2 is None
 
-    self.axes1 = self._batch_axes(x1)
-    self.axes2 = self.axes1 if x2 is None else self._batch_axes(x2)
-    n1 = self._count(x1, self.axes1, 'x1')
-    n2 = n1 if x2 is None else self._count(x2, self.axes2, 'x2')
+    n1, n2 = self._examples(x1, x2)
     b1 = n1 if batch_size is None else min(batch_size, n1)
     b2 = n2 if batch_size is None else min(batch_size, n2)
     self.grid = _Grid(n1, n2, b1, b2, self.symmetric)
@@ -542,12 +543,14 @@ class _Computation:
 
   # --- inputs ---------------------------------------------------------------
 
-  def _batch_axes(self, x: Any) -> Any:
-    axes = requirements._broadcast_axes(  # pylint: disable=protected-access
-        getattr(self.kernel_fn, 'input_axes', None), x)
-    return jax.tree_util.tree_map(lambda a: a[0], axes,
-                                  is_leaf=lambda a: isinstance(a, tuple) and
-                                  len(a) == 2 and isinstance(a[0], int))
+  def _examples(self, x1: Any, x2: Any) -> tuple[int, int]:
+    """`(N1, N2)`; sets `symmetric` and the inputs' batch axes."""
+    self.axes1 = requirements.input_batch_axes(self.kernel_fn, x1)
+    self.axes2 = (self.axes1 if x2 is None else
+                  requirements.input_batch_axes(self.kernel_fn, x2))
+    n1 = self._count(x1, self.axes1, 'x1')
+    n2 = n1 if x2 is None else self._count(x2, self.axes2, 'x2')
+    return n1, n2
 
   def _count(self, x: Any, axes: Any, name: str) -> int:
     leaves = _leaves_with_axes(x, axes)
@@ -577,6 +580,15 @@ class _Computation:
     return jax.tree_util.tree_map(
         lambda a, xi: jax.tree_util.tree_map(
             lambda l: _take(l, indices, a), xi), axes, x)
+
+  def _representation(self) -> dict[str, Any]:
+    """The `diagonal_batch` / `diagonal_spatial` of the outputs."""
+    return self.kwargs
+
+  def _block_inputs(self, task: _Task) -> tuple[Any, Any]:
+    """`(x1, x2)` of a block; `x2` is None on a symmetric grid's diagonal."""
+    return (self._inputs(task.i, 1),
+            None if task.diagonal else self._inputs(task.j, 2))
 
   def _split_kwargs(self, task: _Task) -> dict[str, Any]:
     rows = self.grid.indices(task.i, 1)
@@ -608,8 +620,7 @@ class _Computation:
       if n == 1:
         task = chunk[0]
         out = self.block_fn.single(
-            self.static, self._inputs(task.i, 1),
-            None if task.diagonal else self._inputs(task.j, 2),
+            self.static, *self._block_inputs(task),
             self._split_kwargs(task), self.shared)
         yield task, self._finish_block(out)
       else:
@@ -623,9 +634,9 @@ class _Computation:
     mesh = self.block_fn.mesh
     stacked = NamedSharding(mesh, PartitionSpec(_DEVICES))
     put = lambda tree: jax.device_put(tree, stacked)
-    x1 = put(_stack([self._inputs(t.i, 1) for t in padded]))
-    x2 = (None if chunk[0].diagonal else
-          put(_stack([self._inputs(t.j, 2) for t in padded])))
+    pairs = [self._block_inputs(t) for t in padded]
+    x1 = put(_stack([p[0] for p in pairs]))
+    x2 = None if pairs[0][1] is None else put(_stack([p[1] for p in pairs]))
     split_kwargs = put(_stack([self._split_kwargs(t) for t in padded]))
     shared = jax.device_put(self.shared, NamedSharding(mesh, PartitionSpec()))
     out = self.block_fn.sharded(self.static, x1, x2, split_kwargs, shared)
@@ -670,7 +681,7 @@ class _Computation:
     ref_tasks = diagonal_tasks if self.symmetric else other_tasks
     outputs = self._run_tasks(ref_tasks, bar)
     task, ref = next(outputs)
-    specs = _leaf_specs(ref, self.get, self.kwargs, self.analytic)
+    specs = _leaf_specs(ref, self.get, self._representation(), self.analytic)
     assembler = _Assembler(specs, self.grid, self.on_host)
     need_lower = self.symmetric and not all(
         s.transposable for s in specs if s.role == _Role.PAIR)
@@ -737,6 +748,59 @@ class _Computation:
                        shape2=full(k.shape2, self.grid.n2))
     return jax.tree_util.tree_map(fix, out,
                                   is_leaf=lambda x: isinstance(x, Kernel))
+
+
+class _KernelComputation(_Computation):
+  """A batched call on an input `Kernel` (or a list/tuple tree of them).
+
+  Block `(i, j)` is the input kernel sliced (`Kernel.slice`) to examples
+  `i` of `x1` and `j` of `x2`; diagonal blocks of a kernel with `x1_is_x2`
+  keep `x1_is_x2`, so that the grid is symmetric as for `x2=None`.
+  """
+
+  def _examples(self, x1: Any, x2: Any) -> tuple[int, int]:
+    del x2
+    first = _kernels(x1)[0]
+    self.symmetric = first.x1_is_x2
+    return first.nngp.shape[0], first.nngp.shape[1]
+
+  def _representation(self) -> dict[str, Any]:
+    # Kernel functions keep the representation of the kernel they are given.
+    first = _kernels(self.x1)[0]
+    return {'diagonal_batch': first.diagonal_batch,
+            'diagonal_spatial': first.diagonal_spatial}
+
+  def _block_inputs(self, task: _Task) -> tuple[Any, Any]:
+    rows = self.grid.indices(task.i, 1)
+    cols = rows if task.diagonal else self.grid.indices(task.j, 2)
+    return _map_kernels(lambda k: k.slice(rows, cols), self.x1), None
+
+  def _nngp_with_itself(self, side: int) -> Any:
+    """The NNGP of the kernel of `x1` (or `x2`) with itself."""
+    def self_kernel(k):
+      if side == 2 and k.cov2 is not None:
+        k = k.replace(cov1=k.cov2, shape1=k.shape2, mask1=k.mask2)
+      return k.replace(nngp=k.cov1, ntk=None, cov2=None, x1_is_x2=True,
+                       shape2=k.shape1, mask2=k.mask1)
+    args, kwargs = list(self.args), dict(self.kwargs)
+    if 'get' in kwargs or not args:
+      kwargs['get'] = 'nngp'
+    else:
+      args[0] = 'nngp'
+    return _KernelComputation(
+        self.kernel_fn, self.block_fn, _map_kernels(self_kernel, self.x1),
+        None, args, kwargs, self.batch_size, not self.on_host,
+        self.progress).run()
+
+
+def _kernels(tree: Any) -> list[Kernel]:
+  return [k for k in jax.tree_util.tree_leaves(
+      tree, is_leaf=lambda x: isinstance(x, Kernel)) if isinstance(k, Kernel)]
+
+
+def _map_kernels(fn: Callable[[Kernel], Any], tree: Any) -> Any:
+  return jax.tree_util.tree_map(fn, tree,
+                                is_leaf=lambda x: isinstance(x, Kernel))
 
 
 def _leaves_with_axes(x: Any, axes: Any) -> list[tuple[Any, int]]:

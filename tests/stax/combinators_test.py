@@ -294,6 +294,29 @@ class SerialParallelTest(test_utils.NeuralTangentsTestCase):
                                 'FanOut'):
       init_fn(random.PRNGKey(0), [(-1, 5)])
 
+  def test_nested_tuple_inputs_match_branches(self):
+    layers = (stax.Dense(3, 1.5, 0.1), stax.Dense(3, 0.7), stax.Dense(3, 1.2))
+    init_fn, apply_fn, kernel_fn = stax.parallel(
+        stax.parallel(layers[0], layers[1]), layers[2])
+    keys = random.split(random.PRNGKey(3), 6)
+    xs = [random.normal(keys[i], (3, 2 + i)) for i in range(3)]
+    ys = [random.normal(keys[3 + i], (2, 2 + i)) for i in range(3)]
+    nest = lambda v: ((v[0], v[1]), v[2])
+    for x2 in (None, nest(ys)):
+      ks = kernel_fn(nest(xs), x2)
+      self.assertIsInstance(ks, tuple)
+      self.assertIsInstance(ks[0], tuple)
+      flat = [ks[0][0], ks[0][1], ks[1]]
+      for i, (layer, k) in enumerate(zip(layers, flat)):
+        desired = layer[2](xs[i], None if x2 is None else ys[i])
+        for get in _GETS:
+          self.assertAllClose(getattr(k, get), getattr(desired, get))
+    out_shapes, params = init_fn(random.PRNGKey(0),
+                                 nest([x.shape for x in xs]))
+    self.assertEqual(out_shapes, (((3, 3), (3, 3)), (3, 3)))
+    out = apply_fn(params, nest(xs))
+    self.assertAllClose(out[0][1], layers[1][1](params[0][1], xs[1]))
+
   def test_init_shapes_match_apply_shapes(self):
     init_fn, apply_fn, _ = stax.serial(
         stax.Dense(7), stax.FanOut(2), stax.parallel(stax.Relu(),

@@ -45,6 +45,25 @@ def _Unmaskable():
 
 class MaskingTest(test_utils.NeuralTangentsTestCase):
 
+  def test_unmask_fn_returns_zeroed_arrays(self):
+    x, mask = _sequences()
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(4, b_std=0.5), stax.Relu())
+    _, params = init_fn(jax.random.PRNGKey(0), x.shape)
+    masked = apply_fn(params, x, mask_constant=_PAD)
+    self.assertIsInstance(masked, stax.MaskedArray)
+    unmasked = stax.unmask_fn(apply_fn)(params, x, mask_constant=_PAD)
+    self.assertIsInstance(unmasked, jax.Array)
+    self.assertAllClose(unmasked, jnp.where(masked.mask, 0.,
+                                            masked.masked_value))
+    self.assertAllClose(unmasked[1, 2:], jnp.zeros((3, 4)))
+    self.assertGreater(float(jnp.abs(unmasked[1, :2]).max()), 0.)
+    # Pytrees of outputs; masked entries are zeroed even if they were not;
+    # plain outputs pass through.
+    fanned = stax.unmask_fn(lambda: [stax.MaskedArray(jnp.ones_like(x), mask),
+                                     x])()
+    self.assertAllClose(fanned[0], jnp.where(mask, 0., 1.) * jnp.ones_like(x))
+    self.assertIs(fanned[1], x)
+
   def test_masked_array_and_mask_constant_agree(self):
     x, mask = _sequences()
     _, apply_fn, kernel_fn = stax.serial(stax.Dense(16, b_std=0.3),

@@ -1,4 +1,7 @@
 """Tests of the layer machinery: `get`, inputs, representations, `Kernel`."""
+import functools
+import operator
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -8,6 +11,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src.stax import requirements
 import test_utils
 
 
@@ -123,6 +127,148 @@ class InputsTest(test_utils.NeuralTangentsTestCase):
     k32 = kernel_fn(x1.astype(jnp.float32), x2.astype(jnp.float32), 'ntk')
     self.assertEqual(k32.dtype, jnp.float32)
     self.assertAllClose(k32, np.asarray(k64, np.float32), rtol=1e-5)
+
+
+_BOOLS = (stax.Bool.NO, stax.Bool.MAYBE, stax.Bool.YES)
+_DIAGONALS = [stax.Diagonal(i, o) for i in _BOOLS for o in _BOOLS]
+
+
+def _allows(diagonal, output_allowed):
+  """Whether a layer with requirement `diagonal` may read a diagonal input."""
+  op = stax.requires(diagonal_batch=diagonal)(lambda k, **kwargs: k)
+  return op.allowed_fn(
+      requirements.Allowed(output_allowed, False)).diagonal_batch
+
+
+class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
+
+  def test_rshift_allows_what_the_sequence_allows(self):
+    for a in _DIAGONALS:
+      for b in _DIAGONALS:
+        ab = a >> b
+        self.assertEqual(ab.output, b.output)
+        for out in (False, True):
+          self.assertEqual(_allows(ab, out), _allows(a, _allows(b, out)),
+                           (a, b, out))
+
+  def test_rshift_is_associative(self):
+    for a in _DIAGONALS:
+      for b in _DIAGONALS:
+        for c in _DIAGONALS:
+          self.assertEqual((a >> b) >> c, a >> (b >> c))
+
+  def test_rshift_examples_and_and(self):
+    D, B = stax.Diagonal, stax.Bool
+    self.assertEqual(D(B.YES, B.NO) >> D(B.NO, B.NO), D(B.YES, B.NO))
+    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.NO, B.NO), D(B.NO, B.NO))
+    self.assertEqual(D(B.MAYBE, B.YES) >> D(B.NO, B.NO), D(B.YES, B.NO))
+    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.YES),
+                     D(B.YES, B.YES))
+    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.NO), D(B.MAYBE, B.NO))
+    self.assertEqual(D(B.YES, B.MAYBE) & D(B.MAYBE, B.YES),
+                     D(B.MAYBE, B.MAYBE))
+
+  def test_serial_combines_requirements_with_rshift(self):
+    layers = [stax.Dense(2), stax.Relu(), stax.Flatten(), stax.Dense(1)]
+    _, _, kernel_fn = stax.serial(*layers)
+    per_layer = [requirements.kernel_op_of(l[2]).diagonal_requirements
+                 for l in layers]
+    combined = kernel_fn.kernel_op.diagonal_requirements
+    self.assertEqual(combined.diagonal_spatial, functools.reduce(
+        operator.rshift, [r.diagonal_spatial for r in per_layer]))
+    self.assertEqual(combined.diagonal_batch, functools.reduce(
+        operator.rshift, [r.diagonal_batch for r in per_layer]))
+    self.assertEqual(combined.diagonal_spatial.effective_input, stax.Bool.YES)
+
+
+def _user_layer(seen):
+  """A layer written by hand: `kernel_fn` has neither `@requires` nor `@layer`."""
+  def init_fn(rng, input_shape):
+    return input_shape, ()
+
+  def apply_fn(params, x, **kwargs):
+    return 2 * x
+
+  def kernel_fn(k):
+    seen.append((k.diagonal_batch, k.diagonal_spatial))
+    return k.replace(nngp=4 * k.nngp, cov1=4 * k.cov1,
+                     cov2=None if k.cov2 is None else 4 * k.cov2,
+                     ntk=None if k.ntk is None else 4 * k.ntk)
+
+  return init_fn, apply_fn, kernel_fn
+
+
+@stax.layer
+def _Scale(c):
+  """The same map as `_user_layer`, declared with `@requires`."""
+  @stax.requires(diagonal_batch=stax.Diagonal(),
+                 diagonal_spatial=stax.Diagonal())
+  def kernel_fn(k, **kwargs):
+    return k.replace(nngp=c**2 * k.nngp, cov1=c**2 * k.cov1,
+                     cov2=None if k.cov2 is None else c**2 * k.cov2,
+                     ntk=None if k.ntk is None else c**2 * k.ntk)
+  return lambda rng, s: (s, ()), lambda p, x, **kwargs: c * x, kernel_fn
+
+
+class UndeclaredLayerTest(test_utils.NeuralTangentsTestCase):
+
+  def test_serial_gives_full_covariances(self):
+    seen = []
+    x1, x2 = _inputs((2, 3, 4, 5), (3, 3, 4, 5))
+    conv = stax.Conv(4, (2, 2), padding='SAME')
+    _, _, kernel_fn = stax.serial(conv, _user_layer(seen), stax.Relu())
+    _, _, declared_fn = stax.serial(conv, _Scale(2.), stax.Relu())
+    for kw in ({}, {'diagonal_spatial': True}):
+      k = kernel_fn(x1, x2, **kw)
+      self.assertEqual(seen[-1], (False, False))
+      desired = declared_fn(x1, x2, **kw)
+      for name in ('nngp', 'ntk', 'cov1', 'cov2'):
+        self.assertAllClose(getattr(k, name), getattr(desired, name))
+
+  def test_parallel_gives_full_covariances(self):
+    seen = []
+    x1, x2 = _inputs()
+    init_fn, apply_fn, kernel_fn = stax.parallel(_user_layer(seen),
+                                                 stax.Dense(3))
+    k = kernel_fn((x1, x1), (x2, x2))
+    self.assertEqual(seen, [(False, False)])
+    self.assertAllClose(k[0].nngp, 4 * jnp.dot(x1, x2.T) / 5)
+    self.assertAllClose(k[0].cov1, 4 * jnp.sum(x1**2, axis=1) / 5)
+    _, params = init_fn(jax.random.PRNGKey(0), (x1.shape, x1.shape))
+    self.assertAllClose(apply_fn(params, (x1, x1))[0], 2 * x1)
+
+
+@stax.layer
+def _DiagonalOnly():
+  """Computes from (and so gives) only the spatial diagonal."""
+  @stax.requires(diagonal_spatial=stax.Diagonal(input=stax.Bool.YES))
+  def kernel_fn(k, **kwargs):
+    return k
+  return lambda rng, s: (s, ()), lambda p, x, **kwargs: x, kernel_fn
+
+
+class ConflictTest(test_utils.NeuralTangentsTestCase):
+
+  def test_full_after_diagonal_only_raises(self):
+    x = jnp.ones((2, 4, 3))
+    _, _, kernel_fn = stax.serial(stax.Conv(2, (2,), padding='SAME'),
+                                  _DiagonalOnly(), stax.GlobalAvgPool())
+    with self.assertRaisesRegex(
+        ValueError, r'`_DiagonalOnly` and `GlobalAvgPool` cannot agree.*needs '
+        r'the full spatial covariance.*Declare'):
+      kernel_fn(x, None)
+
+  def test_nested_and_repeated_conflicts_raise(self):
+    x = jnp.ones((2, 4, 3))
+    conv = stax.Conv(2, (2,), padding='SAME')
+    block = stax.serial(conv, _DiagonalOnly(), stax.Relu())
+    _, _, kernel_fn = stax.serial(block, stax.serial(stax.GlobalAvgPool()))
+    with self.assertRaisesRegex(ValueError, 'cannot agree'):
+      kernel_fn(x, None)
+    # Layers agreeing on a representation are unaffected.
+    _, _, ok_fn = stax.serial(conv, _DiagonalOnly(), stax.Relu(),
+                              stax.Flatten())
+    self.assertEqual(ok_fn(x, None, 'nngp').shape, (2, 2))
 
 
 class KernelPytreeTest(test_utils.NeuralTangentsTestCase):

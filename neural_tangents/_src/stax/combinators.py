@@ -3,6 +3,8 @@
 A combinator is itself a layer `(init_fn, apply_fn, kernel_fn)`.
 """
 import dataclasses
+import functools
+import operator
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -74,8 +76,14 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
               [(op, 1) for op in kernel_ops])
 
   def kernel_fn(k, **kwargs):
+    previous = None
     for op, count in segments:
+      first, last = _ends(op)
+      requirements.check_representation(previous, first, k)
       k = _apply_run(op, count, k, **kwargs)
+      if count > 1:  # The block also reads its own output.
+        requirements.check_representation(last, first, k)
+      previous = last
     return k
 
   # Masks ride along with inputs and kernels; each inner layer checks its own.
@@ -85,10 +93,20 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
 
 def _compose(ops: Sequence[Callable]) -> Callable:
   def op(k, **kwargs):
+    previous = None
     for o in ops:
+      requirements.check_representation(previous, o, k)
       k = o(k, **kwargs)
+      previous = o
     return k
+  op.ops = tuple(ops)
   return op
+
+
+def _ends(op: Callable) -> tuple[Callable, Callable]:
+  """The first and last layer ops of a (composed) op."""
+  ops = getattr(op, 'ops', (op,))
+  return ops[0], ops[-1]
 
 
 def fold_runs(ops: Sequence[Callable]) -> list[tuple[Callable, int]]:
@@ -140,6 +158,11 @@ def _composite_op(kernel_fn: Callable, kernel_ops: list[Callable]) -> Callable:
     return output_allowed
 
   kernel_fn.allowed_fn = allowed_fn
+  declared = [getattr(op, 'diagonal_requirements', None) for op in kernel_ops]
+  if kernel_ops and all(d is not None for d in declared):
+    # The same resolution as `allowed_fn`, as one `Diagonal` per axis kind.
+    kernel_fn.diagonal_requirements = functools.reduce(operator.rshift,
+                                                       declared)
   kernel_fn.input_axes = next((op.input_axes for op in kernel_ops
                                if getattr(op, 'input_axes', None) is not None),
                               None)

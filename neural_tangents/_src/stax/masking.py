@@ -219,38 +219,8 @@ def mask_all_channels(mask: Array, channel_axis: int) -> Array:
   return jnp.all(mask, axis=channel_axis, keepdims=True)
 
 
-def position_mask(mask: Optional[Array], shape: Sequence[int],
-                  batch_axis: int, channel_axis: int) -> Optional[Array]:
-  """The mask of positions, `(N, S_1, ..., S_d)`, in the kernel's layout.
-
-  A position counts as masked iff all its channels are.
-
-  Args:
-    mask: mask in the activation layout (broadcastable to `shape`), or None.
-    shape: the activation shape (`Kernel.shape1` / `shape2`).
-    batch_axis: batch axis of the activations.
-    channel_axis: channel axis of the activations.
-
-  Returns:
-    A boolean `(N, S_1, ..., S_d)` array (batch first, spatial axes in order,
-    broadcast to their full sizes), or `None` if `mask` is `None`.
-  """
-  if mask is None:
-    return None
-  ndim = len(shape)
-  b, c = batch_axis % ndim, channel_axis % ndim
-  mask = jnp.all(mask, axis=c, keepdims=True)
-  order = [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
-  mask = jnp.transpose(mask, order)[..., 0]
-  full = (shape[b],) + kernel_lib.spatial_shape(tuple(shape), b, c)
-  return jnp.broadcast_to(mask, full)
-
-
-def _covariance_keep(keep1: Array, keep2: Array, batch_pair: bool,
-                     diagonal_spatial: bool) -> Array:
-  k1, k2 = kernel_lib.outer_variances(keep1, keep2, batch_pair,
-                                      diagonal_spatial)
-  return jnp.logical_and(k1, k2)
+# The mask of positions in the kernel's layout; see `Kernel.mask`.
+position_mask = kernel_lib.position_mask
 
 
 def mask_covariances(k: Kernel) -> Kernel:
@@ -261,7 +231,7 @@ def mask_covariances(k: Kernel) -> Kernel:
 
   Returns:
     `k` with `nngp`, `ntk`, `cov1`, `cov2` zero wherever the left (`x1`) or
-    right (`x2`) position of an entry is masked.
+    right (`x2`) position of an entry is masked (see `Kernel.mask`).
   """
   if k.mask1 is None and k.mask2 is None:
     return k
@@ -272,27 +242,7 @@ def mask_covariances(k: Kernel) -> Kernel:
           f'mask of shape {m.shape} with channel axis {k.channel_axis}. The '
           '`mask_fn` of a layer with `remask_kernel=True` must reduce the '
           'mask over channels, e.g. with `mask_all_channels`.')
-  pm1 = position_mask(k.mask1, k.shape1, k.batch_axis, k.channel_axis)
-  pm2 = position_mask(k.mask2, k.shape2, k.batch_axis, k.channel_axis)
-  def keep_of(pm, shape):
-    if pm is not None:
-      return ~pm
-    full = (shape[k.batch_axis % len(shape)],) + kernel_lib.spatial_shape(
-        tuple(shape), k.batch_axis, k.channel_axis)
-    return jnp.ones(full, bool)
-  keep1, keep2 = keep_of(pm1, k.shape1), keep_of(pm2, k.shape2)
-  nngp_keep = _covariance_keep(keep1, keep2, True, k.diagonal_spatial)
-  apply = lambda x, keep: None if x is None else jnp.where(
-      keep, x, jnp.zeros((), x.dtype))
-  cov_pair = not k.diagonal_batch
-  cov1 = apply(k.cov1, _covariance_keep(keep1, keep1, cov_pair,
-                                        k.diagonal_spatial))
-  cov2 = None
-  if k.cov2 is not None:
-    cov2 = apply(k.cov2, _covariance_keep(keep2, keep2, cov_pair,
-                                          k.diagonal_spatial))
-  return k.replace(nngp=apply(k.nngp, nngp_keep), ntk=apply(k.ntk, nngp_keep),
-                   cov1=cov1, cov2=cov2)
+  return k.mask(k.mask1, k.mask2)
 
 
 def kernel_is_masked(k: Any) -> bool:
@@ -406,6 +356,37 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
       return init_fn, masked_apply_fn, masked_kernel_op
     return new_layer_fn
   return decorator
+
+
+def unmask_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+  """Makes a function returning `MaskedArray`s return plain arrays.
+
+  Every `MaskedArray` in the output of `fn` (a pytree) is replaced by its
+  value with the masked entries set to zero. Useful with `mask_constant=`
+  when the caller wants arrays, not `MaskedArray`s.
+
+  Args:
+    fn: a function, typically an `apply_fn`.
+
+  Returns:
+    `fn` with unmasked outputs.
+
+  Example:
+    >>> _, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu())
+    >>> apply_fn = stax.unmask_fn(apply_fn)
+    >>> apply_fn(params, x, mask_constant=0.)  # a plain array
+  """
+  def unmask(x):
+    if isinstance(x, MaskedArray):
+      return zero_masked(jnp.asarray(x.masked_value), x.mask)
+    return x
+
+  @functools.wraps(fn)
+  def fn_no_mask(*args, **kwargs):
+    return jax.tree_util.tree_map(unmask, fn(*args, **kwargs),
+                                  is_leaf=_is_masked_leaf)
+
+  return fn_no_mask
 
 
 def check_apply_masking(apply_fn: Callable, name: str) -> Callable:

@@ -15,6 +15,13 @@ that users call, which:
 3. builds the input `Kernel`, skipping the NTK when `get` does not need it;
 4. runs the ops and returns what `get` asks for.
 
+A layer written by hand, `(init_fn, apply_fn, kernel_fn)` with a plain
+`kernel_fn(k, **kwargs)` (no `@requires`, no `@layer`), works in `serial` and
+`parallel` and is given full covariances (`diagonal_batch=False`,
+`diagonal_spatial=False`). `serial` raises a `ValueError` when two
+consecutive layers cannot agree on a representation (one gives only spatial
+diagonals, the next needs the full covariance).
+
 Representation requirements are stated per axis kind (`diagonal_batch`,
 `diagonal_spatial`) with a `Diagonal(input, output)`:
 
@@ -39,6 +46,7 @@ Example:
 import dataclasses
 import enum
 import functools
+import inspect
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -77,6 +85,37 @@ class Diagonal:
   input: Bool = Bool.MAYBE
   output: Bool = Bool.NO
 
+  def __and__(self, other: 'Diagonal') -> 'Diagonal':
+    """Requirement of two layers reading the same kernel (in parallel)."""
+    return Diagonal(input=self.input & other.input,
+                    output=self.output & other.output)
+
+  def __rshift__(self, other: 'Diagonal') -> 'Diagonal':
+    """Requirement of `self`'s layer followed by `other`'s (`serial`).
+
+    The composite's output is `other`'s. Its input is decided by the first
+    layer that decides it: a layer decides (`YES` or `NO`) unless its input is
+    `MAYBE` with an output that is not `YES` (a `MAYBE` input with a `YES`
+    output is a `YES`: its own output may always be diagonal). If neither
+    decides, the composite's input is `MAYBE`: it follows what the rest of
+    the network allows. `>>` is associative, and `a >> b` allows exactly the
+    inputs that applying `a` then `b` allows.
+
+    Example:
+      >>> Diagonal(input=Bool.MAYBE) >> Diagonal(input=Bool.NO)
+      Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
+    """
+    first = self.effective_input
+    input_ = first if first != Bool.MAYBE else other.effective_input
+    return Diagonal(input=input_, output=other.output)
+
+  @property
+  def effective_input(self) -> Bool:
+    """`input`, with a `MAYBE` that always holds (a `YES` output) as `YES`."""
+    if self.input == Bool.MAYBE and self.output == Bool.YES:
+      return Bool.YES
+    return self.input
+
 
 class Allowed(NamedTuple):
   """Whether a kernel may be stored batch- / spatially diagonal."""
@@ -101,6 +140,16 @@ def conjunction(allowed: Any) -> Allowed:
   leaves = [conjunction(a) for a in allowed]
   return Allowed(all(a.diagonal_batch for a in leaves),
                  all(a.diagonal_spatial for a in leaves))
+
+
+class Requirements(NamedTuple):
+  """The `Diagonal` requirements of a layer, per axis kind."""
+  diagonal_batch: Diagonal
+  diagonal_spatial: Diagonal
+
+  def __rshift__(self, other: 'Requirements') -> 'Requirements':
+    return Requirements(self.diagonal_batch >> other.diagonal_batch,
+                        self.diagonal_spatial >> other.diagonal_spatial)
 
 
 def requires(diagonal_batch: Diagonal = Diagonal(),
@@ -128,6 +177,8 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
           _allowed_input(diagonal_spatial, output_allowed.diagonal_spatial))
 
     kernel_op.allowed_fn = allowed_fn
+    kernel_op.diagonal_requirements = Requirements(diagonal_batch,
+                                                   diagonal_spatial)
     kernel_op.input_axes = (None if batch_axis is None and channel_axis is None
                             else (0 if batch_axis is None else batch_axis,
                                   -1 if channel_axis is None else channel_axis))
@@ -383,11 +434,15 @@ def map_covariances(k: Kernel,
       cov2=None if k.cov2 is None else fn(k.cov2, n_cov_batch))
 
 
-def _is_kernel_tree(x: Any) -> bool:
+def is_kernel_tree(x: Any) -> bool:
+  """Whether `x` is a `Kernel` or a (nested) non-empty list/tuple of them."""
   if isinstance(x, Kernel):
     return True
   return (isinstance(x, (list, tuple)) and bool(x) and
-          all(_is_kernel_tree(xi) for xi in x))
+          all(is_kernel_tree(xi) for xi in x))
+
+
+_is_kernel_tree = is_kernel_tree
 
 
 def _map_inputs(fn: Callable, x1: Any, x2: Any) -> Any:
@@ -433,6 +488,29 @@ def _broadcast_axes(axes: Any, x1: Any) -> Any:
   return (0, -1) if axes is None else axes
 
 
+def input_batch_axes(kernel_fn: Callable, x: Any) -> Any:
+  """The batch axis of each input array of `x` that `kernel_fn` expects.
+
+  Args:
+    kernel_fn: a kernel function (a stax one declares its input axes; any
+      other is taken to have batch axis 0).
+    x: an input array or a (nested) list/tuple of them.
+
+  Returns:
+    An int per input array, in the structure of `x` (lists/tuples only).
+
+  Example:
+    >>> _, _, kernel_fn = stax.parallel(stax.Dense(1), stax.Dense(1))
+    >>> input_batch_axes(kernel_fn, (jnp.ones((2, 3)), jnp.ones((2, 4))))
+    (0, 0)
+  """
+  axes = _broadcast_axes(getattr(kernel_fn, 'input_axes', None), x)
+  return jax.tree_util.tree_map(
+      lambda a: a[0], axes,
+      is_leaf=lambda a: isinstance(a, tuple) and len(a) == 2 and isinstance(
+          a[0], int))
+
+
 def public_kernel_fn(kernel_op: Callable) -> Callable:
   """Wraps a kernel op into the user-facing `kernel_fn`."""
 
@@ -463,8 +541,8 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     """
     names = validate_get(get)
     mask_constant = kwargs.pop('mask_constant', None)
-    if _is_kernel_tree(x1_or_kernel):
-      return _select(kernel_op(x1_or_kernel, **kwargs), get)
+    if is_kernel_tree(x1_or_kernel):
+      return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
@@ -483,13 +561,15 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
           channel_axis=axes[1],
           mask_constant=mask_constant)
 
-    if isinstance(x1_or_kernel, (list, tuple)):
-      x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
-      k = type(x1_or_kernel)(
-          to_kernel(a, b, al, ax) for a, b, al, ax in zip(
-              x1_or_kernel, x2s, allowed_in, axes))
-    else:
-      k = to_kernel(x1_or_kernel, x2, allowed_in, axes)
+    def build(x1, x2, allowed, axes):
+      """Input kernels in the (nested list/tuple) structure of `x1`."""
+      if isinstance(x1, (list, tuple)):
+        return type(x1)(build(*leaves) for leaves in zip(x1, x2, allowed,
+                                                         axes))
+      return to_kernel(x1, x2, allowed, axes)
+
+    x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
+    k = build(x1_or_kernel, x2s, allowed_in, axes)
     out = kernel_op(k, **kwargs)
     out = match_representation(out, requested)
     if not compute_ntk:
@@ -503,6 +583,13 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
   return kernel_fn
 
 
+def _unreversed(k: Any) -> Any:
+  """Kernels with their spatial axes in order (`is_reversed=False`)."""
+  if isinstance(k, (list, tuple)):
+    return type(k)(_unreversed(ki) for ki in k)
+  return k.reverse() if k.is_reversed else k
+
+
 def _drop_ntk(k: Any) -> Any:
   if isinstance(k, (list, tuple)):
     return type(k)(_drop_ntk(ki) for ki in k)
@@ -513,20 +600,18 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
           ) -> Callable[..., tuple[Callable, Callable, Callable]]:
   """Makes `layer_fn(...) -> (init_fn, apply_fn, kernel_op)` a stax layer.
 
-  The kernel op must have been decorated with `@requires` (or be the
-  `kernel_fn` of another layer). The returned layer's `kernel_fn` is the
-  public one (see `public_kernel_fn`), named after the layer.
+  The kernel op is decorated with `@requires` (or is the `kernel_fn` of
+  another layer); an undecorated one is given full covariances (see
+  `undeclared_kernel_op`). The returned layer's `kernel_fn` is the public one
+  (see `public_kernel_fn`), named after the layer.
   """
 
   @functools.wraps(layer_fn)
   def new_layer_fn(*args, **kwargs):
     init_fn, apply_fn, kernel_op = layer_fn(*args, **kwargs)
-    kernel_op = getattr(kernel_op, 'kernel_op', kernel_op)
-    if not hasattr(kernel_op, 'allowed_fn'):
-      raise TypeError(
-          f'The kernel function of `{layer_fn.__name__}` must be decorated '
-          'with `@requires(...)` so that its input representation can be '
-          'resolved.')
+    kernel_op = kernel_op_of(kernel_op)
+    if not hasattr(kernel_op, 'layer_name'):
+      kernel_op.layer_name = layer_fn.__name__
     # Every layer takes `mask_constant=`, and one that does not declare
     # `@supports_masking` refuses masked inputs instead of mishandling them.
     apply_fn = masking.check_apply_masking(apply_fn, layer_fn.__name__)
@@ -542,8 +627,112 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
 
 
 def kernel_op_of(kernel_fn: Callable) -> Callable:
-  """The `Kernel -> Kernel` op behind a public `kernel_fn`."""
-  return getattr(kernel_fn, 'kernel_op', kernel_fn)
+  """The `Kernel -> Kernel` op behind a public `kernel_fn`.
+
+  A user-written `kernel_fn` without `@requires` (and not made by `@layer`)
+  gets the default requirements: it is given full covariances
+  (`diagonal_batch=False`, `diagonal_spatial=False`).
+  """
+  op = getattr(kernel_fn, 'kernel_op', kernel_fn)
+  if hasattr(op, 'allowed_fn'):
+    return op
+  return undeclared_kernel_op(op)
+
+
+def _accepted_kwargs(fn: Callable) -> Optional[frozenset[str]]:
+  """Keyword names `fn` accepts, or `None` if it takes `**kwargs`."""
+  try:
+    params = inspect.signature(fn).parameters.values()
+  except (TypeError, ValueError):
+    return None
+  if any(p.kind == p.VAR_KEYWORD for p in params):
+    return None
+  return frozenset(p.name for p in params
+                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def undeclared_kernel_op(kernel_fn: Callable) -> Callable:
+  """A kernel op for a `kernel_fn(k, **kwargs)` declaring no requirements.
+
+  It is given full covariances (the requirement
+  `Diagonal(input=Bool.NO)` for both the batch and the spatial axes), and only
+  the keyword arguments its signature names (all of them if it takes
+  `**kwargs`).
+
+  Example:
+    >>> def kernel_fn(k, **kwargs):  # No `@requires`.
+    ...   return k.replace(nngp=2 * k.nngp, ntk=2 * k.ntk)
+    >>> op = undeclared_kernel_op(kernel_fn)
+    >>> op.allowed_fn(Allowed(True, True))
+    Allowed(diagonal_batch=False, diagonal_spatial=False)
+  """
+  accepted = _accepted_kwargs(kernel_fn)
+
+  @functools.wraps(kernel_fn)
+  def kernel_op(k, **kwargs):
+    if accepted is not None:
+      kwargs = {n: v for n, v in kwargs.items() if n in accepted}
+    return kernel_fn(k, **kwargs)
+
+  full = Diagonal(input=Bool.NO)
+  kernel_op.allowed_fn = lambda output_allowed: Allowed(False, False)
+  kernel_op.diagonal_requirements = Requirements(full, full)
+  kernel_op.input_axes = None
+  kernel_op.output_diagonal = Bool.NO
+  kernel_op.layer_name = getattr(kernel_fn, '__name__', 'kernel_fn')
+  return kernel_op
+
+
+def layer_name(kernel_op: Callable) -> str:
+  """A kernel op's layer name, for messages."""
+  return getattr(kernel_op, 'layer_name',
+                 getattr(kernel_op, '__name__', 'a layer'))
+
+
+def needs_full_spatial(kernel_op: Callable) -> bool:
+  """Whether the op needs full spatial covariances whatever follows it."""
+  return not conjunction(
+      kernel_op.allowed_fn(Allowed(True, True))).diagonal_spatial
+
+
+def _spatially_diagonal(k: Any) -> bool:
+  if isinstance(k, (list, tuple)):
+    return any(_spatially_diagonal(ki) for ki in k)
+  return isinstance(k, Kernel) and k.diagonal_spatial and k.n_spatial > 0
+
+
+def check_representation(producer: Optional[Callable], consumer: Callable,
+                         k: Any) -> None:
+  """Raises if `consumer` needs full spatial covariances `producer` lacks.
+
+  A spatially diagonal kernel can only feed a layer needing the full
+  covariance when the producer declares that its output has zero
+  off-diagonal entries (`Diagonal(output=Bool.YES)`); otherwise the two
+  layers cannot agree on a representation and the kernel would be wrong.
+
+  Args:
+    producer: the op that produced `k` (`None` for the network's input).
+    consumer: the op about to read `k`.
+    k: the kernel (or list of kernels) passed between them.
+
+  Raises:
+    ValueError: naming both layers and the fix.
+  """
+  if producer is None or not _spatially_diagonal(k):
+    return
+  if getattr(producer, 'output_diagonal', Bool.NO) == Bool.YES:
+    return
+  if not needs_full_spatial(consumer):
+    return
+  p, c = layer_name(producer), layer_name(consumer)
+  raise ValueError(
+      f'Layers `{p}` and `{c}` cannot agree on a kernel representation: `{c}` '
+      'needs the full spatial covariance of its input (diagonal_spatial='
+      f'False), but `{p}` before it gives only its spatial diagonal. Declare '
+      f'`{p}`\'s kernel_fn with `@requires(diagonal_spatial=Diagonal(input='
+      'Bool.MAYBE))` if it can compute full covariances from full ones, or '
+      f'with `output=Bool.YES` if its off-diagonal entries are zero; or '
+      f'remove `{c}` after it.')
 
 
 def check_layout(k: Kernel, batch_axis: int, channel_axis: int,

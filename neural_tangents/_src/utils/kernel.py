@@ -17,9 +17,12 @@ the batch and channel axes, recorded in `batch_axis` / `channel_axis`) and
 Entries are covariances normalized by the number of channels (the mean over
 channels of products of activations), so they stay finite as width grows.
 """
-from typing import Any, Optional
+import dataclasses as std_dataclasses
+import string
+from typing import Any, Optional, Sequence
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 
 from neural_tangents._src.utils import dataclasses
@@ -42,8 +45,9 @@ class Kernel:
     x1_is_x2: whether the kernel was computed with `x2=None`.
     is_gaussian: whether the outputs are jointly Gaussian (true after an affine
       layer, false after a nonlinearity).
-    is_reversed: whether the spatial axes are stored in reverse order. Always
-      `False` in this implementation; kept so that code inspecting it works.
+    is_reversed: whether the spatial axes are stored in reverse order (see
+      `reverse`). Layers compute on `is_reversed=False` kernels and restore
+      that order when given a reversed one.
     is_input: whether this is the kernel of the raw inputs.
     diagonal_batch: whether `cov1` / `cov2` keep only the batch diagonal.
     diagonal_spatial: whether only the spatial diagonal is stored.
@@ -53,6 +57,10 @@ class Kernel:
     channel_axis: channel axis of the activations.
     mask1: boolean mask of `x1` (`True` = masked out), or `None`.
     mask2: boolean mask of `x2`, or `None`.
+
+  The positional field order is the one above (that of Neural Tangents
+  0.6.5). Methods: `asdict`, `astuple`, `slice`, `reverse`, `transpose`,
+  `mask`, `dot_general`, `replace`.
 
   Example:
     >>> from neural_tangents import stax
@@ -66,8 +74,6 @@ class Kernel:
   ntk: Optional[Array]
   cov1: Array
   cov2: Optional[Array]
-  mask1: Optional[Array] = None
-  mask2: Optional[Array] = None
   x1_is_x2: bool = dataclasses.field(pytree_node=False, default=False)
   is_gaussian: bool = dataclasses.field(pytree_node=False, default=False)
   is_reversed: bool = dataclasses.field(pytree_node=False, default=False)
@@ -78,6 +84,8 @@ class Kernel:
   shape2: tuple[int, ...] = dataclasses.field(pytree_node=False, default=())
   batch_axis: int = dataclasses.field(pytree_node=False, default=0)
   channel_axis: int = dataclasses.field(pytree_node=False, default=-1)
+  mask1: Optional[Array] = None
+  mask2: Optional[Array] = None
 
   def replace(self, **changes: Any) -> 'Kernel':  # set by `dataclass`.
     raise NotImplementedError
@@ -99,6 +107,323 @@ class Kernel:
   def channels(self) -> int:
     """Number of channels of the activations (finite proxy when infinite)."""
     return self.shape1[self.channel_axis]
+
+  def asdict(self) -> dict[str, Any]:
+    """The fields as a `dict` `{name: value}`, in field order (no copies)."""
+    return {f.name: getattr(self, f.name) for f in std_dataclasses.fields(self)}
+
+  def astuple(self) -> tuple[Any, ...]:
+    """The fields as a tuple, in the (positional) field order."""
+    return tuple(getattr(self, f.name) for f in std_dataclasses.fields(self))
+
+  def slice(self, n1_slice: Any, n2_slice: Any) -> 'Kernel':
+    """The kernel of `x1[n1_slice]` and `x2[n2_slice]`.
+
+    Args:
+      n1_slice: a `slice` (or index array) of the examples of `x1`.
+      n2_slice: a `slice` (or index array) of the examples of `x2` (of `x1`
+        when `x1_is_x2`).
+
+    Returns:
+      The kernel with `nngp` / `ntk` indexed as `[n1_slice, n2_slice]`, `cov1`
+      (`cov2`) and `mask1` (`mask2`) restricted to the selected examples, and
+      the batch sizes of `shape1` / `shape2` updated. A kernel with
+      `x1_is_x2` stays so only if both slices are the same (an equal `slice`
+      or the same index array object).
+
+    Example:
+      >>> k = kernel_fn(x, None)
+      >>> k.slice(slice(0, 2), slice(1, 3))  # == kernel_fn(x[:2], x[1:3])
+    """
+    same = self.x1_is_x2 and (n1_slice is n2_slice or (
+        isinstance(n1_slice, slice) and n1_slice == n2_slice))
+    cov2 = self.cov1 if self.cov2 is None else self.cov2
+    pair = lambda x, s1, s2: None if x is None else x[s1][:, s2]
+    cov = lambda x, s: (None if x is None else
+                        x[s] if self.diagonal_batch else x[s][:, s])
+    nngp = self.nngp[n1_slice][:, n2_slice]
+    return self.replace(
+        nngp=nngp,
+        ntk=pair(self.ntk, n1_slice, n2_slice),
+        cov1=cov(self.cov1, n1_slice),
+        cov2=None if same else cov(cov2, n2_slice),
+        x1_is_x2=same,
+        shape1=_with_batch_size(self.shape1, self.batch_axis, nngp.shape[0]),
+        shape2=_with_batch_size(self.shape2, self.batch_axis, nngp.shape[1]),
+        mask1=_slice_mask(self.mask1, n1_slice, self.batch_axis),
+        mask2=_slice_mask(self.mask2, n2_slice, self.batch_axis))
+
+  def reverse(self) -> 'Kernel':
+    """The same kernel with its spatial dimensions stored in reverse order.
+
+    `nngp` of layout `(N1, N2, S_1, S_1, ..., S_d, S_d)` becomes
+    `(N1, N2, S_d, S_d, ..., S_1, S_1)` (and likewise for the other
+    covariances), and `is_reversed` is flipped. Shapes and masks keep the
+    activation layout. `k.reverse().reverse()` is `k`; layers of this library
+    compute on `is_reversed=False` kernels and restore that order when given a
+    reversed one.
+
+    Example:
+      >>> k = kernel_fn(jnp.ones((2, 3, 4, 1)), None)  # nngp (2, 2, 3, 3, 4, 4)
+      >>> k.reverse().nngp.shape
+      (2, 2, 4, 4, 3, 3)
+    """
+    order = tuple(reversed(range(self.n_spatial)))
+    return self._permute_storage(order).replace(
+        is_reversed=not self.is_reversed)
+
+  def transpose(self, axes: Optional[Sequence[int]] = None) -> 'Kernel':
+    """The kernel of inputs whose spatial dimensions are permuted by `axes`.
+
+    Follows `numpy.transpose`, on spatial dimensions only: spatial dimension
+    `i` of the result is spatial dimension `axes[i]` of `self` (`None`
+    reverses them). Batch and channel axes stay where they are. Covariances,
+    `shape1` / `shape2` and the masks are permuted, so the result equals
+    `kernel_fn` of the inputs with their spatial axes permuted.
+
+    Args:
+      axes: a permutation of `range(n_spatial)`, or `None`.
+
+    Returns:
+      The permuted kernel.
+
+    Raises:
+      ValueError: if `axes` is not such a permutation.
+
+    Example:
+      >>> k = kernel_fn(x, None)  # x of shape (N, H, W, C)
+      >>> k.transpose((1, 0))  # == kernel_fn(x.transpose(0, 2, 1, 3), None)
+    """
+    n = self.n_spatial
+    axes = tuple(reversed(range(n))) if axes is None else tuple(axes)
+    if sorted(int(a) % max(n, 1) for a in axes) != list(range(n)) or len(
+        axes) != n:
+      raise ValueError(
+          f'`axes` must be a permutation of the {n} spatial dimensions '
+          f'{tuple(range(n))}; got {axes}. Batch and channel axes are not '
+          'permuted: pass only spatial dimensions, e.g. axes=(1, 0).')
+    axes = tuple(int(a) % n for a in axes)
+    if self.is_reversed:
+      return self.reverse().transpose(axes).reverse()
+    ndim = len(self.shape1)
+    positions = [i for i in range(ndim) if i not in
+                 (self.batch_axis % ndim, self.channel_axis % ndim)]
+    activation_order = list(range(ndim))
+    for i, a in enumerate(axes):
+      activation_order[positions[i]] = positions[a]
+
+    def permute_shape(shape):
+      return tuple(shape[i] for i in activation_order)
+
+    def permute_mask(mask):
+      return None if mask is None else jnp.transpose(mask, activation_order)
+
+    return self._permute_storage(axes).replace(
+        shape1=permute_shape(self.shape1), shape2=permute_shape(self.shape2),
+        mask1=permute_mask(self.mask1), mask2=permute_mask(self.mask2))
+
+  def _permute_storage(self, axes: Sequence[int]) -> 'Kernel':
+    """Permutes the stored spatial dimensions of every covariance."""
+    def permute(x, n_batch):
+      if x is None:
+        return None
+      order = list(range(n_batch))
+      for a in axes:
+        order += ([n_batch + a] if self.diagonal_spatial else
+                  [n_batch + 2 * a, n_batch + 2 * a + 1])
+      return jnp.transpose(x, order)
+
+    n_cov = 1 if self.diagonal_batch else 2
+    return self.replace(nngp=permute(self.nngp, 2), ntk=permute(self.ntk, 2),
+                        cov1=permute(self.cov1, n_cov),
+                        cov2=permute(self.cov2, n_cov))
+
+  def mask(self, mask1: Optional[Array],
+           mask2: Optional[Array]) -> 'Kernel':
+    """Sets the masks and zeroes every covariance entry at a masked position.
+
+    Args:
+      mask1: boolean mask of `x1` (`True` = masked out) in the activation
+        layout (`shape1`, broadcastable, e.g. size 1 on the channel axis), or
+        `None`. A position is masked iff all its channels are.
+      mask2: the same for `x2`; `None` with `x1_is_x2` means `mask1`.
+
+    Returns:
+      The kernel with `mask1` / `mask2` set, and `nngp`, `ntk`, `cov1`, `cov2`
+      zero wherever the `x1` position or the `x2` position of an entry is
+      masked.
+
+    Example:
+      >>> m = jnp.zeros((2, 5, 1), bool).at[1, 3:].set(True)
+      >>> k.mask(m, m).nngp[1, 1, 4, 4]
+      Array(0., dtype=float32)
+    """
+    if mask2 is None and self.x1_is_x2:
+      mask2 = mask1
+    out = self.replace(mask1=mask1, mask2=mask2)
+    if mask1 is None and mask2 is None:
+      return out
+    keep1 = self._keep(mask1, self.shape1)
+    keep2 = self._keep(mask2, self.shape2)
+    zero = lambda x, keep: None if x is None else jnp.where(
+        keep, x, jnp.zeros((), x.dtype))
+    pair_keep = _covariance_keep(keep1, keep2, True, self.diagonal_spatial)
+    cov_pair = not self.diagonal_batch
+    return out.replace(
+        nngp=zero(self.nngp, pair_keep),
+        ntk=zero(self.ntk, pair_keep),
+        cov1=zero(self.cov1, _covariance_keep(keep1, keep1, cov_pair,
+                                              self.diagonal_spatial)),
+        cov2=zero(self.cov2, _covariance_keep(keep2, keep2, cov_pair,
+                                              self.diagonal_spatial)))
+
+  def _keep(self, mask: Optional[Array], shape: tuple[int, ...]) -> Array:
+    """`(N, S_1, ..., S_d)` booleans: which positions are not masked."""
+    pm = position_mask(mask, shape, self.batch_axis, self.channel_axis)
+    if pm is not None:
+      return ~pm
+    ndim = len(shape)
+    full = (shape[self.batch_axis % ndim],) + spatial_shape(
+        shape, self.batch_axis, self.channel_axis)
+    return jnp.ones(full, bool)
+
+  def dot_general(self, other1: Optional[Array], other2: Optional[Array],
+                  is_lhs: bool,
+                  dimension_numbers: Any) -> 'Kernel':
+    """The kernel of `lax.dot_general` of the activations with constants.
+
+    With `y1 = lax.dot_general(x1, other1, dimension_numbers)` if `is_lhs`
+    (`lax.dot_general(other1, x1, dimension_numbers)` otherwise), and `y2`
+    the same of `x2` and `other2`, returns the kernel of `y1`, `y2`: since
+    every channel is mapped by the same constants,
+    `cov(y1[a], y2[b]) = sum_{s, t} other1[a, s] other2[b, t] cov(x1[s],
+    x2[t])` over the positions `s`, `t` that `dot_general` contracts. The
+    activations' batch (example) axis may be a `dot_general` batch dimension
+    (per-example constants, of size `N1` in `other1` and `N2` in `other2`) or
+    a free one; the channel axis must be free. Free axes of the constants
+    become spatial axes. `shape1`, `shape2`, `batch_axis` and `channel_axis`
+    are those of `y1`, `y2` (`dot_general` orders its output as batch
+    dimensions, then free axes of the left operand, then of the right).
+
+    Args:
+      other1: constant paired with `x1`, or `None` (no change).
+      other2: constant paired with `x2`; `None` means `other1`.
+      is_lhs: whether the activations are the left operand.
+      dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch,
+        rhs_batch))`, as in `lax.dot_general`.
+
+    Returns:
+      The kernel of the outputs, with full spatial covariances.
+
+    Raises:
+      ValueError: if the channel axis or the batch axis is contracted, the
+        channel axis is a batch dimension, the kernel is masked, or it only
+        holds spatial diagonals while positions are mixed.
+
+    Example:
+      >>> pool = jnp.ones((1, 8)) / 8  # averages the 8 positions
+      >>> k.dot_general(pool, None, False, (((1,), (1,)), ((), ())))
+    """
+    if other1 is None:
+      if other2 is not None:
+        raise ValueError(
+            '`other1` is None but `other2` is not; pass the constant for `x1` '
+            'as `other1` (and `other2=None` to use it for `x2` too).')
+      return self
+    if self.is_reversed:
+      return self.reverse().dot_general(other1, other2, is_lhs,
+                                        dimension_numbers)
+    if self.mask1 is not None or self.mask2 is not None:
+      raise ValueError(
+          '`Kernel.dot_general` does not support masked kernels (`mask1` / '
+          '`mask2` set). Pool or `Flatten` the masked positions first.')
+    if self.diagonal_spatial and self.n_spatial > 0:
+      raise ValueError(
+          '`Kernel.dot_general` mixes positions, which needs the full spatial '
+          'covariance; got a kernel with `diagonal_spatial=True`. Compute it '
+          'with `diagonal_spatial=False`.')
+    same_other = other2 is None or other2 is other1
+    other1 = jnp.asarray(other1)
+    other2 = other1 if same_other else jnp.asarray(other2)
+    (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
+    x_c, o_c = (c_lhs, c_rhs) if is_lhs else (c_rhs, c_lhs)
+    x_b, o_b = (b_lhs, b_rhs) if is_lhs else (b_rhs, b_lhs)
+    ndim = len(self.shape1)
+    x_c = [int(a) % ndim for a in x_c]
+    x_b = [int(a) % ndim for a in x_b]
+    b, c = self.batch_axis % ndim, self.channel_axis % ndim
+    for axis, name in ((b, 'batch'), (c, 'channel')):
+      if axis in x_c or (name == 'channel' and axis in x_b):
+        raise ValueError(
+            f'`dimension_numbers`={dimension_numbers} contracts or batches '
+            f'the {name} axis {axis} of the activations, which has no kernel. '
+            'Only contract spatial axes (and, for per-example constants, '
+            'batch the example axis).')
+    dot = lambda x, o: (lax.dot_general(x, o, dimension_numbers) if is_lhs
+                        else lax.dot_general(o, x, dimension_numbers))
+    shape_of = lambda shape, o: tuple(jax.eval_shape(
+        dot, jax.ShapeDtypeStruct(shape, o.dtype), o).shape)
+    out_shape1 = shape_of(self.shape1, other1)
+    out_shape2 = shape_of(self.shape2, other2)
+
+    x_free = [a for a in range(ndim) if a not in x_c and a not in x_b]
+    o_ndim = other1.ndim
+    o_c = [int(a) % o_ndim for a in o_c]
+    o_b = [int(a) % o_ndim for a in o_b]
+    o_free = [a for a in range(o_ndim) if a not in o_c and a not in o_b]
+    # Output axes, as (operand, axis): batch dims, then lhs free, rhs free.
+    out_axes = [('x', a) for a in x_b]
+    frees = [[('x', a) for a in x_free], [('o', a) for a in o_free]]
+    out_axes += frees[0] + frees[1] if is_lhs else frees[1] + frees[0]
+    out_b, out_c = out_axes.index(('x', b)), out_axes.index(('x', c))
+    spatial = [a for a in range(ndim) if a not in (b, c)]
+    out_spatial = [ax for i, ax in enumerate(out_axes)
+                   if i not in (out_b, out_c)]
+
+    def transform(cov, o1, o2, n_batch):
+      """Maps both sides of a covariance with `n_batch` leading axes."""
+      letters = iter(string.ascii_letters)
+
+      def side():
+        x = {a: next(letters) for a in range(ndim)}
+        o = dict(zip(o_c + o_b, [x[a] for a in x_c + x_b]))
+        o.update({a: next(letters) for a in o_free})
+        return x, o
+
+      (x1, l1), (x2, l2) = side(), side()
+      if n_batch == 1:  # Batch-diagonal: both sides are the same example.
+        rename = {x2[b]: x1[b]}
+        x2 = {a: rename.get(l, l) for a, l in x2.items()}
+        l2 = {a: rename.get(l, l) for a, l in l2.items()}
+      letter = lambda xs, os, ax: xs[ax[1]] if ax[0] == 'x' else os[ax[1]]
+      lead = [x1[b]] + ([x2[b]] if n_batch == 2 else [])
+      ins = lead + [l for a in spatial for l in (x1[a], x2[a])]
+      outs = lead + [l for ax in out_spatial
+                     for l in (letter(x1, l1, ax), letter(x2, l2, ax))]
+      spec = '{},{},{}->{}'.format(
+          ''.join(ins), ''.join(l1[a] for a in range(o_ndim)),
+          ''.join(l2[a] for a in range(o_ndim)), ''.join(outs))
+      return jnp.einsum(spec, cov, o1, o2, precision=lax.Precision.HIGHEST)
+
+    n_cov = 1 if self.diagonal_batch else 2
+    if self.cov2 is not None:
+      cov2 = transform(self.cov2, other2, other2, n_cov)
+    elif same_other:
+      cov2 = None
+    else:
+      cov2 = transform(self.cov1, other2, other2, n_cov)
+    return self.replace(
+        nngp=transform(self.nngp, other1, other2, 2),
+        ntk=None if self.ntk is None else transform(self.ntk, other1, other2,
+                                                    2),
+        cov1=transform(self.cov1, other1, other1, n_cov),
+        cov2=cov2,
+        x1_is_x2=self.x1_is_x2 and same_other,
+        diagonal_spatial=False,
+        shape1=out_shape1,
+        shape2=out_shape2,
+        batch_axis=out_b,
+        channel_axis=out_c)
 
   def __add__(self, other: 'Kernel') -> 'Kernel':
     add = lambda a, b: None if a is None or b is None else a + b
@@ -197,3 +522,63 @@ def covariance_variances(k: Kernel) -> dict[str, tuple[Array, Array]]:
     out['cov2'] = outer_variances(var2, var2, not k.diagonal_batch,
                                   k.diagonal_spatial)
   return out
+
+
+def _with_batch_size(shape: tuple[int, ...], batch_axis: int,
+                     n: int) -> tuple[int, ...]:
+  if not shape:
+    return shape
+  shape = list(shape)
+  shape[batch_axis % len(shape)] = n
+  return tuple(shape)
+
+
+def _slice_mask(mask: Optional[Array], n_slice: Any,
+                batch_axis: int) -> Optional[Array]:
+  """`mask` restricted to examples `n_slice` (unless broadcast over them)."""
+  if mask is None:
+    return None
+  axis = batch_axis % mask.ndim
+  if mask.shape[axis] == 1:
+    return mask
+  index = [slice(None)] * mask.ndim
+  index[axis] = n_slice
+  return mask[tuple(index)]
+
+
+def position_mask(mask: Optional[Array], shape: Sequence[int],
+                  batch_axis: int, channel_axis: int) -> Optional[Array]:
+  """The mask of positions, `(N, S_1, ..., S_d)`, in the kernel's layout.
+
+  A position counts as masked iff all its channels are.
+
+  Args:
+    mask: mask in the activation layout (broadcastable to `shape`), or None.
+    shape: the activation shape (`Kernel.shape1` / `shape2`).
+    batch_axis: batch axis of the activations.
+    channel_axis: channel axis of the activations.
+
+  Returns:
+    A boolean `(N, S_1, ..., S_d)` array (batch first, spatial axes in order,
+    broadcast to their full sizes), or `None` if `mask` is `None`.
+
+  Example:
+    >>> position_mask(jnp.zeros((2, 5, 1), bool), (2, 5, 3), 0, -1).shape
+    (2, 5)
+  """
+  if mask is None:
+    return None
+  ndim = len(shape)
+  b, c = batch_axis % ndim, channel_axis % ndim
+  mask = jnp.all(mask, axis=c, keepdims=True)
+  order = [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
+  mask = jnp.transpose(mask, order)[..., 0]
+  full = (shape[b],) + spatial_shape(tuple(shape), b, c)
+  return jnp.broadcast_to(mask, full)
+
+
+def _covariance_keep(keep1: Array, keep2: Array, batch_pair: bool,
+                     diagonal_spatial: bool) -> Array:
+  """Which covariance entries pair two kept positions."""
+  k1, k2 = outer_variances(keep1, keep2, batch_pair, diagonal_spatial)
+  return jnp.logical_and(k1, k2)
