@@ -116,7 +116,7 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     x1, dense = _graphs(2)
     _, apply_fn, kernel_fn = stax.Aggregate(to_dense=lambda p: p['adj'])
     self.assertAllClose(apply_fn((), x1, pattern={'adj': dense}),
-                        jnp.einsum('nij,njc->nic', dense, x1))
+                        jnp.einsum('nij,nic->njc', dense, x1))
     self.assertAllClose(
         kernel_fn(x1, None, 'nngp', pattern=({'adj': dense}, None)),
         stax.Aggregate()[2](x1, None, 'nngp', pattern=(dense, None)))
