@@ -255,7 +255,9 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   if batch_axis_out not in (0, 1, -1, -2):
     raise ValueError(f'`batch_axis_out` must be 0 or 1; got {batch_axis_out}.')
   batch_axis_out %= 2
-  channel_axis_out = 1 - batch_axis_out
+  # The published kernel metadata: channel axis -1 (the last) by default, 0
+  # when the batch axis is last.
+  channel_axis_out = -1 if batch_axis_out == 0 else 0
 
   def output_shape(input_shape):
     b = canonicalize_axis(batch_axis, len(input_shape), 'batch_axis')

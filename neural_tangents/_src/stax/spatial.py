@@ -371,6 +371,7 @@ def _standard_order(ndim: int, b: int, c: int) -> list[int]:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def DotGeneral(lhs: Optional[Array] = None,
                rhs: Optional[Array] = None,
                dimension_numbers: DimensionNumbers = (((), ()), ((), ())),
@@ -398,8 +399,12 @@ def DotGeneral(lhs: Optional[Array] = None,
   channel axis in `dimension_numbers`. A constant cannot mix the infinitely
   many channels of an infinite-width layer (use `Dense` for a learned channel
   map), and mixing examples depends on which examples are in `x1` and `x2`.
-  `apply_fn` computes any `dot_general`. Masked inputs are not supported
-  (`ValueError`).
+  `apply_fn` computes any `dot_general`.
+
+  Masked inputs (see `masking`): masked entries are zeros, so the output and
+  the kernel are those of the zeroed inputs; an output entry is masked iff
+  every input entry it depends on through a nonzero entry of the constant is
+  masked.
 
   Args:
     lhs: constant left operand, or `None` (inputs on the left).
@@ -539,4 +544,24 @@ def DotGeneral(lhs: Optional[Array] = None,
                      shape1=out_shape1, shape2=out_shape2,
                      batch_axis=out_b, channel_axis=out_c)
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(mask, input_shape):
+    if const is None:
+      return mask
+    # Contracted and dot_general-batched axes must have their full sizes;
+    # free axes of size 1 stay so (the output mask broadcasts along them).
+    (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
+    used = (tuple(c_lhs) + tuple(b_lhs) if inputs_are_lhs else
+            tuple(c_rhs) + tuple(b_rhs))
+    used = {a % len(input_shape) for a in used}
+    shape = [input_shape[a] if a in used else mask.shape[a]
+             for a in range(len(input_shape))]
+    unmasked = jnp.broadcast_to(~mask, shape).astype(const.dtype)
+    reach = dot_with(unmasked, (const != 0).astype(const.dtype))
+    return reach == 0
+
+  def dot_with(x, c):
+    if inputs_are_lhs:
+      return lax.dot_general(x, c, dimension_numbers)
+    return lax.dot_general(c, x, dimension_numbers)
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
