@@ -504,7 +504,7 @@ class ConvLocalTest(test_utils.NeuralTangentsTestCase):
     x1, x2 = inputs(*_1D)
     _, _, kernel_fn = stax.ConvLocal(3, (3,), padding='SAME', b_std=0.1)
     k = kernels(kernel_fn, x1, x2)
-    off_diagonal = 1 - jnp.eye(7)
+    off_diagonal = (1 - jnp.eye(7)).reshape(1, 1, 7, 7)
     self.assertAllClose(k.nngp * off_diagonal, jnp.zeros_like(k.nngp))
     self.assertAllClose(k.ntk * off_diagonal, jnp.zeros_like(k.ntk))
     conv = kernels(stax.Conv(3, (3,), padding='SAME', b_std=0.1)[2], x1, x2,

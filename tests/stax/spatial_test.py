@@ -166,6 +166,13 @@ class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     self.assertAllClose(k.nngp, k_dense.nngp[:, :, 1:, 1:, ::2, ::2])
     self.assertAllClose(k.nngp[0, :, :2], jnp.zeros_like(k.nngp[0, :, :2]))
 
+  @parameterized.named_parameters(('slice', stax.Slice[:, 1:]),
+                                  ('int', stax.Slice[:, 1]))
+  def test_kernel_axes(self, idx):
+    # The channel axis is recorded as -1 when it is last, as `Dense` does.
+    k = stax.Index(idx)[2](*_inputs())
+    self.assertEqual((k.batch_axis, k.channel_axis), (0, -1))
+
   def test_errors(self):
     x1, x2 = _inputs()
     with self.assertRaisesRegex(ValueError, r'`idx`.*batch axis.*slice'):
@@ -277,6 +284,17 @@ class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
         n_ntk=24, batch_size=8)
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
+
+  def test_kernel_axes(self):
+    # The channel axis is recorded as -1 when it is last, as `Dense` does.
+    x1, x2 = _inputs()
+    lhs = stax.DotGeneral(lhs=jnp.ones((6, 5)),
+                          dimension_numbers=(((1,), (1,)), ((), ())))
+    rhs = stax.DotGeneral(rhs=jnp.ones((4, 7)),
+                          dimension_numbers=(((2,), (0,)), ((), ())))
+    for (_, _, kernel_fn), axes in ((lhs, (1, -1)), (rhs, (0, 2))):
+      k = kernel_fn(x1, x2)
+      self.assertEqual((k.batch_axis, k.channel_axis), axes)
 
   def test_no_constant_is_identity(self):
     x1, x2 = _inputs()

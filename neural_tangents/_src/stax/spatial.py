@@ -35,6 +35,12 @@ def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int) -> list[int]:
   return [i for i in range(ndim) if i not in skip]
 
 
+def _reported_axis(axis: int, ndim: int) -> int:
+  """An output channel axis as the `Kernel` records it: the last axis is -1
+  (the published default, as `Dense`, `Conv` and `Flatten` report it)."""
+  return -1 if axis == ndim - 1 else axis
+
+
 def _map_spatial_pairs(k: Kernel, fn) -> Kernel:
   """Applies `fn(x, axis)` to both axes of every spatial pair of every
   covariance (or to the single axis of each, when spatially diagonal).
@@ -281,6 +287,11 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
     kept = [a for a in range(ndim) if isinstance(full[a], slice)]
     return kept.index(batch_axis % ndim), kept.index(channel_axis % ndim)
 
+  def reported_axes(ndim: int) -> tuple[int, int]:
+    n_kept = sum(isinstance(i, slice) for i in resolve(ndim))
+    b, c = output_axes(ndim)
+    return b, _reported_axis(c, n_kept)
+
   def init_fn(rng, input_shape):
     shape = tuple(input_shape)
     ndim = len(shape)
@@ -322,7 +333,7 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
       cov = single if k.diagonal_batch else pair
       k = k.replace(nngp=pair(k.nngp), ntk=pair(k.ntk), cov1=cov(k.cov1),
                     cov2=cov(k.cov2))
-    new_b, new_c = output_axes(ndim)
+    new_b, new_c = reported_axes(ndim)
     return k.replace(shape1=output_shape(k.shape1),
                      shape2=output_shape(k.shape2),
                      batch_axis=new_b, channel_axis=new_c)
@@ -542,7 +553,8 @@ def DotGeneral(lhs: Optional[Array] = None,
                      cov1=apply(k.cov1, n_cov_pair),
                      cov2=apply(k.cov2, n_cov_pair),
                      shape1=out_shape1, shape2=out_shape2,
-                     batch_axis=out_b, channel_axis=out_c)
+                     batch_axis=out_b,
+                     channel_axis=_reported_axis(out_c, out_ndim))
 
   def mask_fn(mask, input_shape):
     if const is None:
