@@ -149,6 +149,12 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '`parameterization`'):
       stax.Dense(3, parameterization='mup')
 
+  @parameterized.named_parameters(('int', 2), ('length_1', (1,)),
+                                  ('zero', (1, 0)), ('float', (1.5, 1)))
+  def test_bad_s_raises(self, s):
+    with self.assertRaisesRegex(ValueError, r'`s` must be a pair'):
+      stax.Dense(3, parameterization='standard', s=s)
+
 
 class FlattenTest(test_utils.NeuralTangentsTestCase):
 

@@ -133,7 +133,7 @@ def Dense(out_dim: int,
     raise ValueError(f'`out_dim` must be a positive int; got {out_dim}. Pass '
                      'the number of output channels, e.g. `Dense(512)`.')
   param = _parameterization(parameterization)
-  if (len(tuple(s)) != 2 or
+  if (not isinstance(s, (tuple, list)) or len(s) != 2 or
       any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in s)):
     raise ValueError(f'`s` must be a pair of positive ints; got {s!r}. Pass '
                      'e.g. s=(1, 1).')
@@ -242,7 +242,7 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   Args:
     batch_axis: batch axis of the inputs.
     batch_axis_out: batch axis of the output, 0 or 1 (the channel axis is the
-      other one).
+      other one; the kernel records it as -1 when it is last, as published).
 
   Returns:
     `(init_fn, apply_fn, kernel_fn)`.
