@@ -9,6 +9,7 @@ import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import requirements
 import test_utils
+import upstream_reference
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 
@@ -72,6 +73,38 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     p2 = jax.random.normal(jax.random.PRNGKey(4), (3,) + agg_nodes * 2)
     self.assertKernelIsOutputCovariance(layer, x1, x2, p1, p2)
 
+  def test_sums_over_first_node_axis_of_pattern(self):
+    # As published: out[n, j] = sum_i pattern[n, i, j] x[n, i]; for sparse
+    # edges `(i, j)` (the nonzero entries of the dense pattern) alike.
+    x = jnp.arange(6.).reshape(1, 3, 2)
+    pattern = jnp.zeros((1, 3, 3)).at[0, 0, 2].set(1.)  # Node 0 -> node 2.
+    expected = jnp.zeros_like(x).at[0, 2].set(x[0, 0])
+    self.assertAllClose(stax.Aggregate()[1]((), x, pattern=pattern), expected)
+    edges = jnp.array([[[0, 2]]])
+    self.assertAllClose(
+        stax.Aggregate(implementation='SPARSE')[1]((), x, pattern=edges),
+        expected)
+    for impl, p in (('DENSE', pattern), ('SPARSE', edges)):
+      nngp = stax.Aggregate(implementation=impl)[2](
+          x, None, 'nngp', pattern=(p, None))
+      self.assertAllClose(nngp[0, 0],
+                          jnp.zeros((3, 3)).at[2, 2].set(x[0, 0] @ x[0, 0] / 2))
+
+  def test_matches_reference(self):
+    # Case `aggregate` / `aggregate_net` of `upstream_reference`.
+    ref = upstream_reference.load()
+    self.assertAllClose(
+        stax.Aggregate()[1]((), ref['seq1'], pattern=ref['pattern1']),
+        ref['aggregate/apply'], rtol=upstream_reference.RTOL, atol=0)
+    _, _, kernel_fn = stax.serial(stax.Dense(4), stax.Aggregate(), stax.Relu(),
+                                  stax.GlobalSumPool(), stax.Dense(2))
+    k = kernel_fn(ref['seq1'], ref['seq2'], ('nngp', 'ntk'),
+                  pattern=(ref['pattern1'], ref['pattern2']))
+    self.assertAllClose(k.nngp, ref['aggregate_net/nngp_diff'],
+                        rtol=upstream_reference.RTOL, atol=0)
+    self.assertAllClose(k.ntk, ref['aggregate_net/ntk_diff'],
+                        rtol=upstream_reference.RTOL, atol=0)
+
   def test_shared_pattern_and_none(self):
     x1, _ = _graphs(2)
     x2, _ = _graphs(3, seed=2)
@@ -116,7 +149,7 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     x1, dense = _graphs(2)
     _, apply_fn, kernel_fn = stax.Aggregate(to_dense=lambda p: p['adj'])
     self.assertAllClose(apply_fn((), x1, pattern={'adj': dense}),
-                        jnp.einsum('nij,njc->nic', dense, x1))
+                        jnp.einsum('nij,nic->njc', dense, x1))
     self.assertAllClose(
         kernel_fn(x1, None, 'nngp', pattern=({'adj': dense}, None)),
         stax.Aggregate()[2](x1, None, 'nngp', pattern=(dense, None)))

@@ -326,6 +326,90 @@ class ConvTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(ks[0], ks[2])
 
 
+_LAYERS = (('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
+           ('conv_local', stax.ConvLocal))
+
+
+class StandardParameterizationTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(
+      (f'{name}_{case}', layer, b_std, s)
+      for name, layer in _LAYERS
+      for case, b_std, s in (('bias', 0.2, (1, 1)), ('no_bias_s', None, (2, 3)),
+                             ('bias_s', 0.2, (3, 2))))
+  def test_single_layer_ntk_is_exact(self, layer, b_std, s):
+    # At any width, the NTK of one standard layer `conv(x, W) / sqrt(s0) + b`
+    # is `sum_i x1[h + i] . x2[h' + i] / s0 + [bias]` (for each pair of
+    # output positions): compare with the explicit Jacobian contraction.
+    x1, x2 = inputs(*_1D)
+    init_fn, apply_fn, kernel_fn = layer(
+        2, (3,), padding='SAME', W_std=1.3, b_std=b_std,
+        parameterization='standard', s=s)
+    _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2, 1,
+                                            key(0))
+    k = kernels(kernel_fn, x1, x2)
+    self.assertAllClose(k.ntk, ntk)
+    # The NNGP does not depend on the parameterization.
+    ntk_param = layer(2, (3,), padding='SAME', W_std=1.3, b_std=b_std)
+    self.assertAllClose(k.nngp, kernels(ntk_param[2], x1, x2).nngp)
+
+  @parameterized.named_parameters(*_LAYERS)
+  def test_params_have_width_s1_out_chan_and_nominal_fan_in(self, layer):
+    # W ~ N(0, W_std^2 / (fan_in / s0)), `s1 * out_chan` output channels.
+    in_chan, out_chan, s = 64, 32, (2, 3)
+    init_fn, apply_fn, kernel_fn = layer(
+        out_chan, (2, 2), W_std=1.5, b_std=0.5, parameterization='standard',
+        s=s)
+    x = inputs((2, 3, 3, in_chan), (1, 3, 3, in_chan))[0]
+    out_shape, (W, b) = init_fn(key(0), x.shape)
+    self.assertEqual(out_shape[-1], s[1] * out_chan)
+    self.assertEqual(W.shape[-2:], (in_chan, s[1] * out_chan))
+    self.assertEqual(b.shape[-1], s[1] * out_chan)
+    fan_in = in_chan * 4
+    self.assertAllClose(np.var(W) * fan_in / s[0] / 1.5**2, 1., rtol=0.05)
+    out = apply_fn((W, b), x)
+    self.assertEqual(out.shape, out_shape)
+    self.assertAllClose(out - apply_fn((W, jnp.zeros_like(b)), x),
+                        jnp.broadcast_to(b, out.shape))
+    self.assertEqual(kernel_fn(x, None).shape1, out_shape)
+
+  def test_conv_apply_divides_by_sqrt_s0(self):
+    x = inputs(*_2D)[0]
+    init_fn, apply_fn, _ = stax.Conv(3, (3, 2), padding='SAME', W_std=2.,
+                                     b_std=0.5, parameterization='standard',
+                                     s=(4, 1))
+    _, (W, b) = init_fn(key(0), x.shape)
+    expected = lax.conv_general_dilated(
+        x, W, (1, 1), 'SAME', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    self.assertAllClose(apply_fn((W, b), x), expected / 2 + b)
+
+
+class NoSpatialDimensionsTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(*_LAYERS)
+  def test_empty_filter_shape_is_dense(self, layer):
+    # As published, `filter_shape=()` on `(N, C)` inputs is a `Dense` layer:
+    # the same params (from the same key), outputs and kernels.
+    x1, x2 = test_utils.stax_inputs()
+    for parameterization in ('ntk', 'standard'):
+      conv = layer(4, (), W_std=1.3, b_std=0.2,
+                   parameterization=parameterization)
+      dense = stax.Dense(4, W_std=1.3, b_std=0.2,
+                         parameterization=parameterization)
+      conv_shape, conv_params = conv[0](jax.random.PRNGKey(0), x1.shape)
+      dense_shape, dense_params = dense[0](jax.random.PRNGKey(0), x1.shape)
+      self.assertEqual(conv_shape, dense_shape)
+      self.assertAllClose(conv_params, dense_params)
+      self.assertAllClose(conv[1](conv_params, x1),
+                          dense[1](dense_params, x1))
+      self.assertAllClose(tuple(conv[2](x1, x2, ('nngp', 'ntk'))),
+                          tuple(dense[2](x1, x2, ('nngp', 'ntk'))))
+
+  def test_empty_filter_shape_rejects_strides(self):
+    with self.assertRaisesRegex(ValueError, r'`strides`.*filter_shape=\(\)'):
+      stax.Conv(4, (), strides=(2,))
+
+
 class ConvTransposeTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
@@ -420,7 +504,7 @@ class ConvLocalTest(test_utils.NeuralTangentsTestCase):
     x1, x2 = inputs(*_1D)
     _, _, kernel_fn = stax.ConvLocal(3, (3,), padding='SAME', b_std=0.1)
     k = kernels(kernel_fn, x1, x2)
-    off_diagonal = 1 - jnp.eye(7)
+    off_diagonal = (1 - jnp.eye(7)).reshape(1, 1, 7, 7)
     self.assertAllClose(k.nngp * off_diagonal, jnp.zeros_like(k.nngp))
     self.assertAllClose(k.ntk * off_diagonal, jnp.zeros_like(k.ntk))
     conv = kernels(stax.Conv(3, (3,), padding='SAME', b_std=0.1)[2], x1, x2,

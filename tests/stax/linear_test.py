@@ -7,6 +7,7 @@ import numpy as np
 
 from neural_tangents import stax
 import test_utils
+import upstream_reference
 
 jax.config.update('jax_enable_x64', True)
 
@@ -18,17 +19,20 @@ _inputs = test_utils.stax_inputs
 class DenseTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
-      ('ntk_bias', 'ntk', 0.3),
-      ('ntk_no_bias', 'ntk', None),
-      ('standard_bias', 'standard', 0.3),
+      ('ntk_bias', 'ntk', 0.3, (1, 1), (1, 1)),
+      ('ntk_no_bias', 'ntk', None, (1, 1), (1, 1)),
+      ('standard_bias', 'standard', 0.3, (1, 1), (1, 1)),
+      # Hidden layer of 2 * 512 channels, read as 512 nominal ones.
+      ('standard_s', 'standard', 0.3, (1, 2), (2, 1)),
   )
-  def test_matches_monte_carlo(self, parameterization, b_std):
+  def test_matches_monte_carlo(self, parameterization, b_std, s1, s2):
+    width = 1024 // s1[1]
     init_fn, apply_fn, kernel_fn = stax.serial(
-        stax.Dense(1024, W_std=1.5, b_std=b_std,
-                   parameterization=parameterization),
+        stax.Dense(width, W_std=1.5, b_std=b_std,
+                   parameterization=parameterization, s=s1),
         stax.Relu(),
         stax.Dense(256, W_std=1.2, b_std=b_std,
-                   parameterization=parameterization))
+                   parameterization=parameterization, s=s2))
     x1, x2 = _inputs()
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, apply_fn, kernel_fn, x1, x2)
@@ -44,6 +48,74 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
     expected = 1.3**2 * x1 @ x2.T / x1.shape[1] + 0.4**2
     self.assertAllClose(k.nngp, expected)
     self.assertAllClose(k.ntk, expected)
+
+  @parameterized.named_parameters(
+      ('bias', 0.4, (1, 1)),
+      ('no_bias', None, (1, 1)),
+      ('bias_s', 0.4, (2, 3)),
+      ('no_bias_s', None, (3, 2)),
+  )
+  def test_single_standard_dense_ntk_is_exact(self, b_std, s):
+    # At any width, the NTK of one standard layer `x @ W / sqrt(s0) + b` is
+    # `x1 . x2 / s0 + [bias]`: compare with the explicit Jacobian contraction.
+    x1, x2 = _inputs()
+    init_fn, apply_fn, kernel_fn = stax.Dense(
+        3, W_std=1.3, b_std=b_std, parameterization='standard', s=s)
+    _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2, 1,
+                                            jax.random.PRNGKey(0))
+    k = kernel_fn(x1, x2, ('nngp', 'ntk'))
+    self.assertAllClose(k.ntk, ntk)
+    self.assertAllClose(
+        k.ntk, x1 @ x2.T / s[0] + (0. if b_std is None else 1.))
+    self.assertAllClose(
+        k.nngp, 1.3**2 * x1 @ x2.T / x1.shape[1] + (b_std or 0.)**2)
+
+  def test_standard_params_have_width_s1_out_dim_and_nominal_fan_in(self):
+    # W ~ N(0, W_std^2 / (fan_in / s0)) of shape (fan_in, s1 * out_dim).
+    fan_in, out_dim, s = 512, 256, (2, 2)
+    init_fn, apply_fn, kernel_fn = stax.Dense(
+        out_dim, W_std=1.5, b_std=0.5, parameterization='standard', s=s)
+    out_shape, (W, b) = init_fn(jax.random.PRNGKey(0), (-1, fan_in))
+    self.assertEqual(out_shape, (-1, s[1] * out_dim))
+    self.assertEqual(W.shape, (fan_in, s[1] * out_dim))
+    self.assertEqual(b.shape, (1, s[1] * out_dim))
+    self.assertAllClose(np.var(W) * fan_in / s[0] / 1.5**2, 1., rtol=0.02)
+    self.assertAllClose(np.var(b) / 0.5**2, 1., rtol=0.25)
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, fan_in))
+    self.assertAllClose(apply_fn((W, b), x), x @ W / np.sqrt(s[0]) + b)
+    k = kernel_fn(x, None)
+    self.assertEqual(k.shape1, (2, s[1] * out_dim))
+
+  def test_standard_parameterization_matches_reference(self):
+    # Cases `standard_s` and `standard_s23` of `upstream_reference`.
+    ref = upstream_reference.load()
+    x1, x2 = ref['x1'], ref['x2']
+    nets = {
+        'standard_s': stax.serial(
+            stax.Dense(7, 1.3, 0.2, parameterization='standard', s=(1, 2)),
+            stax.Relu(),
+            stax.Dense(3, 1.1, 0.1, parameterization='standard', s=(2, 1))),
+        'standard_s23': stax.serial(
+            stax.Dense(7, 1.3, 0.2, parameterization='standard'),
+            stax.Relu(),
+            stax.Dense(3, 1.1, 0.1, parameterization='standard', s=(2, 3))),
+    }
+    for case, (init_fn, apply_fn, kernel_fn) in nets.items():
+      same = kernel_fn(x1, None, ('nngp', 'ntk'))
+      diff = kernel_fn(x1, x2, ('nngp', 'ntk'))
+      for name, value in (('nngp_same', same.nngp), ('ntk_same', same.ntk),
+                          ('nngp_diff', diff.nngp), ('ntk_diff', diff.ntk)):
+        self.assertAllClose(value, ref[f'{case}/{name}'],
+                            rtol=upstream_reference.RTOL, atol=0, msg=name)
+    init_fn, apply_fn, _ = nets['standard_s']
+    _, params = init_fn(jax.random.PRNGKey(3), x1.shape)
+    stored = [ref[f'standard_s/param{i}'] for i in range(4)]
+    self.assertEqual([p.shape for p in jax.tree_util.tree_leaves(params)],
+                     [p.shape for p in stored])
+    params = jax.tree_util.tree_unflatten(
+        jax.tree_util.tree_structure(params), stored)
+    self.assertAllClose(apply_fn(params, x1), ref['standard_s/apply'],
+                        rtol=upstream_reference.RTOL, atol=0)
 
   def test_param_layout(self):
     init_fn, apply_fn, _ = stax.Dense(5, W_std=2., b_std=0.5)
@@ -77,6 +149,12 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '`parameterization`'):
       stax.Dense(3, parameterization='mup')
 
+  @parameterized.named_parameters(('int', 2), ('length_1', (1,)),
+                                  ('zero', (1, 0)), ('float', (1.5, 1)))
+  def test_bad_s_raises(self, s):
+    with self.assertRaisesRegex(ValueError, r'`s` must be a pair'):
+      stax.Dense(3, parameterization='standard', s=s)
+
 
 class FlattenTest(test_utils.NeuralTangentsTestCase):
 
@@ -99,6 +177,17 @@ class FlattenTest(test_utils.NeuralTangentsTestCase):
     jaxpr = jax.make_jaxpr(lambda a, b: kernel_fn(a, b, 'ntk'))(x1, x2)
     self.assertNotIn('4,4', str(jaxpr).replace(' ', ''))
     self.assertAllClose(kernel_fn(x1, x2, 'ntk', diagonal_spatial=True), full)
+
+  @parameterized.parameters((0, 0, -1), (1, 1, 0))
+  def test_kernel_axes(self, batch_axis_out, batch_axis, channel_axis):
+    # As published: batch axis 0 and channel axis -1 unless
+    # `batch_axis_out=1` (then the channel axis is the other one, 0).
+    _, _, kernel_fn = stax.serial(stax.Dense(3), stax.Flatten(
+        batch_axis_out=batch_axis_out))
+    x1, x2 = _inputs((2, 4, 3), (3, 4, 3))
+    k = kernel_fn(x1, x2)
+    self.assertEqual((k.batch_axis, k.channel_axis), (batch_axis, channel_axis))
+    self.assertEqual(k.shape1, (2, 12) if batch_axis_out == 0 else (12, 2))
 
   @parameterized.parameters(0, 1)
   def test_shapes(self, batch_axis_out):

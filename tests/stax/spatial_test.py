@@ -166,6 +166,13 @@ class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     self.assertAllClose(k.nngp, k_dense.nngp[:, :, 1:, 1:, ::2, ::2])
     self.assertAllClose(k.nngp[0, :, :2], jnp.zeros_like(k.nngp[0, :, :2]))
 
+  @parameterized.named_parameters(('slice', stax.Slice[:, 1:]),
+                                  ('int', stax.Slice[:, 1]))
+  def test_kernel_axes(self, idx):
+    # The channel axis is recorded as -1 when it is last, as `Dense` does.
+    k = stax.Index(idx)[2](*_inputs())
+    self.assertEqual((k.batch_axis, k.channel_axis), (0, -1))
+
   def test_errors(self):
     x1, x2 = _inputs()
     with self.assertRaisesRegex(ValueError, r'`idx`.*batch axis.*slice'):
@@ -222,6 +229,72 @@ class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
         n_ntk=24, batch_size=8)
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
+
+  def _masked_sequences(self):
+    """`(N, 5, C)` sequences of lengths (5, 3) and (4,), masks `(N, 5, 1)`,
+    and a `(5, 3)` map whose last output reads only positions 3 and 4."""
+    x1, x2 = _inputs(spatial=(5,), n1=2, n2=1)
+    lengths1, lengths2 = jnp.array([5, 3]), jnp.array([4])
+    mask1 = jnp.arange(5)[None, :, None] >= lengths1[:, None, None]
+    mask2 = jnp.arange(5)[None, :, None] >= lengths2[:, None, None]
+    mix = jax.random.normal(jax.random.PRNGKey(7), (5, 3))
+    mix = mix.at[:3, 2].set(0.)
+    return (stax.MaskedArray(x1, mask1), stax.MaskedArray(x2, mask2), mix)
+
+  def test_masked_is_zeroed_inputs(self):
+    m1, m2, mix = self._masked_sequences()
+    layer = stax.DotGeneral(rhs=mix, dimension_numbers=(((1,), (0,)),
+                                                        ((), ())))
+    _, apply_fn, kernel_fn = layer
+    zeroed1 = jnp.where(m1.mask, 0., m1.masked_value)
+    zeroed2 = jnp.where(m2.mask, 0., m2.masked_value)
+    out = apply_fn((), m1)
+    self.assertAllClose(out.masked_value, apply_fn((), zeroed1))
+    # (N, C, 3): output 2 of example 1 (length 3) reads only masked inputs.
+    expected_mask = jnp.zeros((2, 1, 3), bool).at[1, 0, 2].set(True)
+    self.assertArraysEqual(out.mask, expected_mask)
+    # A per-entry mask (from `mask_constant`) gives the same positions.
+    constant = apply_fn((), jnp.where(m1.mask, 1e3, m1.masked_value),
+                        mask_constant=1e3)
+    self.assertArraysEqual(constant.mask,
+                           jnp.broadcast_to(expected_mask, out.shape))
+    self.assertAllClose(constant.masked_value, out.masked_value)
+    k = kernel_fn(m1, m2)
+    k_zeroed = kernel_fn(zeroed1, zeroed2)
+    for name in ('nngp', 'ntk', 'cov1', 'cov2'):
+      self.assertAllClose(getattr(k, name), getattr(k_zeroed, name),
+                          msg=name)
+    self.assertArraysEqual(k.mask1, expected_mask)
+    self.assertArraysEqual(k.mask2, jnp.zeros((1, 1, 3), bool))
+    self.assertKernelIsOutputCovariance(layer, zeroed1, zeroed2)
+
+  def assertArraysEqual(self, actual, expected):
+    np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected))
+
+  def test_masked_matches_monte_carlo(self):
+    m1, m2, mix = self._masked_sequences()
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(512, W_std=1.5, b_std=0.2), stax.Relu(),
+        stax.DotGeneral(rhs=mix / 2, dimension_numbers=(((1,), (0,)),
+                                                        ((), ()))),
+        stax.Dense(256, W_std=1.2, b_std=0.1, channel_axis=1))
+    values = lambda params, x, **kw: apply_fn(params, x, **kw).masked_value
+    nngp_err, ntk_err = test_utils.monte_carlo_errors(
+        init_fn, _channels_last(values, 1), kernel_fn, m1, m2, n_nngp=128,
+        n_ntk=24, batch_size=8)
+    self.assertLess(nngp_err, _MC_TOL)
+    self.assertLess(ntk_err, _MC_TOL)
+
+  def test_kernel_axes(self):
+    # The channel axis is recorded as -1 when it is last, as `Dense` does.
+    x1, x2 = _inputs()
+    lhs = stax.DotGeneral(lhs=jnp.ones((6, 5)),
+                          dimension_numbers=(((1,), (1,)), ((), ())))
+    rhs = stax.DotGeneral(rhs=jnp.ones((4, 7)),
+                          dimension_numbers=(((2,), (0,)), ((), ())))
+    for (_, _, kernel_fn), axes in ((lhs, (1, -1)), (rhs, (0, 2))):
+      k = kernel_fn(x1, x2)
+      self.assertEqual((k.batch_axis, k.channel_axis), axes)
 
   def test_no_constant_is_identity(self):
     x1, x2 = _inputs()

@@ -3,13 +3,16 @@
 For each example (graph) `n`, with nodes indexed by the positions along the
 `aggregate_axis` spatial axes, the layer computes
 
-  out[n, i] = sum_j pattern[n, i, j] x[n, j]
+  out[n, j] = sum_i pattern[n, i, j] x[n, i]
 
-for every channel (and every position along the other spatial axes). This is
-a fixed, example-dependent linear map of positions, so the kernel is its
-two-point map (Du et al. 2019, "Graph neural tangent kernel"):
+for every channel (and every position along the other spatial axes):
+`pattern[n, i, j]` weighs the edge from node `i` to node `j`, and each node
+sums over its incoming edges (the first node axis of `pattern` is summed
+over, as in Neural Tangents). This is a fixed, example-dependent linear map
+of positions, so the kernel is its two-point map (Du et al. 2019, "Graph
+neural tangent kernel"):
 
-  nngp'(x_n, x'_m) = P_n nngp(x_n, x'_m) P'_m^T
+  nngp'(x_n, x'_m) = P_n^T nngp(x_n, x'_m) P'_m
 
 (the same for `ntk`, `cov1`, `cov2`), which needs the full spatial kernel.
 """
@@ -40,12 +43,13 @@ class AggregateImplementation(enum.Enum):
 
   Attributes:
     DENSE: `pattern` is a dense `(N, *S, *S)` array of weights (after
-      `to_dense`); `pattern[n, i, j]` weighs node `j`'s features in node `i`'s
+      `to_dense`); `pattern[n, i, j]` weighs node `i`'s features in node `j`'s
       output.
     SPARSE: `pattern` is an integer `(N, n_edges, 2)` array of edges
-      `(receiver i, sender j)`, each adding `x[j]` to `out[i]` (weight 1,
-      duplicates add up); for `K > 1` aggregate axes, `(N, n_edges, 2, K)` of
-      multi-indices. Edges with a negative index are padding and ignored.
+      `(sender i, receiver j)`, each adding `x[i]` to `out[j]` (weight 1,
+      duplicates add up), i.e. the nonzero indices of the dense pattern; for
+      `K > 1` aggregate axes, `(N, n_edges, 2, K)` of multi-indices. Edges
+      with a negative index are padding and ignored.
   """
   DENSE = 'DENSE'
   SPARSE = 'SPARSE'
@@ -86,7 +90,8 @@ def _aggregate_axes(aggregate_axis: Optional[Union[int, Sequence[int]]],
 
 def _dense_pattern(pattern: Array, n: int, node_shape: tuple[int, ...],
                    name: str) -> Array:
-  """Validates a dense pattern and returns it as `(N or 1, V, V)`."""
+  """Validates a dense pattern and returns it as `(N or 1, V, V)`, indexed
+  `[n, sender, receiver]`."""
   pattern = jnp.asarray(pattern)
   expected = node_shape + node_shape
   if pattern.ndim != 1 + len(expected) or tuple(
@@ -94,7 +99,7 @@ def _dense_pattern(pattern: Array, n: int, node_shape: tuple[int, ...],
     raise ValueError(
         f'`{name}` of shape {tuple(pattern.shape)} does not match inputs with '
         f'{n} examples and nodes of shape {node_shape}: a dense pattern must '
-        f'have shape {(n,) + expected} (batch, receiver nodes, sender nodes), '
+        f'have shape {(n,) + expected} (batch, sender nodes, receiver nodes), '
         'or batch size 1 to share it. Pass `to_dense=` to convert another '
         'format, or `implementation="SPARSE"` for edge lists.')
   v = math.prod(node_shape)
@@ -116,22 +121,25 @@ def _sparse_edges(pattern: Array, n: int, node_shape: tuple[int, ...],
     raise ValueError(
         f'`{name}` of shape {tuple(pattern.shape)} and dtype {pattern.dtype} '
         f'is not a sparse edge list for {n} examples and nodes of shape '
-        f'{node_shape}: pass an integer array of shape {shape} of (receiver, '
-        'sender) node indices, padded with -1.')
+        f'{node_shape}: pass an integer array of shape {shape} of (sender, '
+        'receiver) node indices, padded with -1.')
   if n_axes == 1:
     pattern = pattern[..., None]
   valid = jnp.all(pattern >= 0, axis=(-2, -1))
   v = math.prod(node_shape)
   strides = np.cumprod((1,) + node_shape[::-1][:-1])[::-1]
-  flat = jnp.sum(pattern * jnp.asarray(strides, pattern.dtype), axis=-1)
-  receivers = jnp.where(valid, flat[..., 0], v)
-  senders = jnp.where(valid, flat[..., 1], 0)
+  flat = jnp.tensordot(pattern, jnp.asarray(strides, pattern.dtype),
+                       axes=([-1], [0]))
+  # Edge `(i, j)` is `pattern[i, j]` of the dense form: from `i` to `j`.
+  receivers = jnp.where(valid, flat[..., 1], v)
+  senders = jnp.where(valid, flat[..., 0], 0)
   return receivers, senders
 
 
 def _edges_to_dense(receivers: Array, senders: Array, v: int,
                     dtype: Any) -> Array:
-  """`(N, V, V)` adjacency counts of edge lists (padding edges dropped)."""
+  """`(N, V, V)` adjacency counts `[n, receiver, sender]` of edge lists
+  (padding edges dropped)."""
   def one(r, s):
     return jnp.zeros((v + 1, v), dtype).at[r, s].add(1)[:v]
   return jax.vmap(one)(receivers, senders)
@@ -144,7 +152,7 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
               channel_axis: int = -1,
               to_dense: Optional[Callable[[Array], Array]] = lambda p: p,
               implementation: str = 'DENSE') -> Layer:
-  r"""Aggregates node features over a graph: `out[i] = sum_j P[i, j] x[j]`.
+  r"""Aggregates node features over a graph: `out[j] = sum_i P[i, j] x[i]`.
 
   Nodes are the positions along the `aggregate_axis` spatial axes (all
   spatial axes by default); other spatial axes are carried along. The
@@ -155,14 +163,16 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
 
   * `implementation='DENSE'`: `to_dense(pattern)` of shape `(N, *S, *S)`
     (or `(1, *S, *S)`, shared by all examples); `to_dense` converts e.g. a
-    sparse-matrix format (identity by default).
+    sparse-matrix format (identity by default); `P[n, i, j]` weighs the edge
+    from node `i` to node `j`.
   * `implementation='SPARSE'`: integer edge lists `(N, n_edges, 2)`
-    (`(N, n_edges, 2, K)` for `K` aggregate axes) of `(receiver, sender)`
-    pairs, padded with negative indices; `apply_fn` uses a segment sum and
+    (`(N, n_edges, 2, K)` for `K` aggregate axes) of `(sender, receiver)`
+    pairs (the indices of the nonzero entries of `P`), padded with negative
+    indices; `apply_fn` uses a segment sum and
     `kernel_fn` the equivalent dense counts (`to_dense` is not used).
 
   Kernel: for examples `n` of `x1` and `m` of `x2`,
-  `nngp'[n, m] = P1[n] nngp[n, m] P2[m]^T` over the node axes (both positions
+  `nngp'[n, m] = P1[n]^T nngp[n, m] P2[m]` over the node axes (both positions
   of each aggregated spatial pair), and the same for `ntk`, `cov1`, `cov2`.
 
   A pattern of the wrong shape raises `ValueError`. With masked inputs,
@@ -214,7 +224,7 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
     x = x.reshape((n, v) + x.shape[1 + len(agg):])
     if impl == AggregateImplementation.DENSE:
       p = _dense_pattern(to_dense(pattern), n, node_shape, 'pattern')
-      out = jnp.einsum('nij,nj...->ni...', p.astype(x.dtype), x,
+      out = jnp.einsum('nij,ni...->nj...', p.astype(x.dtype), x,
                        precision=lax.Precision.HIGHEST)
     else:
       receivers, senders = _sparse_edges(pattern, n, node_shape, 'pattern')
@@ -223,9 +233,10 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
     return jnp.transpose(out.reshape(moved_shape), np.argsort(order))
 
   def dense_of(pattern, n, node_shape, dtype, name):
+    """The pattern as `(N or 1, V, V)` weights `[n, receiver, sender]`."""
     if impl == AggregateImplementation.DENSE:
-      return _dense_pattern(to_dense(pattern), n, node_shape, name).astype(
-          dtype)
+      p = _dense_pattern(to_dense(pattern), n, node_shape, name)
+      return jnp.swapaxes(p, 1, 2).astype(dtype)
     receivers, senders = _sparse_edges(pattern, n, node_shape, name)
     return _edges_to_dense(receivers, senders, math.prod(node_shape), dtype)
 

@@ -406,9 +406,10 @@ def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
   """Covariances and NTK of `W_std * M(x) + b_std` for a linear spatial `M`.
 
   NTK parameterization: `ntk' = nngp' + W_std^2 M(ntk)`. Standard: the
-  gradient w.r.t. the stored `W ~ N(0, W_std^2 / fan_in)` gives
-  `fan_in * M(nngp)` with `fan_in = s[0] * C * n_taps`, the bias `1`, and the
-  earlier layers `W_std^2 M(ntk)` (Sohl-Dickstein et al. 2020).
+  gradient w.r.t. the stored `W ~ N(0, W_std^2 / fan_in)` of
+  `conv(x, W) / sqrt(s[0])` gives `fan_in * M(nngp)` with the nominal
+  `fan_in = C * n_taps / s[0]`, the bias `1`, and the earlier layers
+  `W_std^2 M(ntk)` (Sohl-Dickstein et al. 2020).
   """
   def affine(x, n_batch):
     if x is None:
@@ -426,7 +427,7 @@ def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
     if parameterization == 'ntk':
       ntk = ntk + nngp
     else:
-      fan_in = s[0] * k.channels * n_taps
+      fan_in = k.channels * n_taps / s[0]
       ntk = ntk + fan_in * mapped_nngp + (0. if b_std is None else 1.)
   n_cov_batch = 1 if k.diagonal_batch else 2
   return k.replace(nngp=nngp, ntk=ntk, cov1=affine(k.cov1, n_cov_batch),
@@ -478,9 +479,17 @@ class _ConvSpec:
   def n_taps(self) -> int:
     return math.prod(self.filter_shape)
 
+  @property
+  def width(self) -> int:
+    """The actual number of output channels: `s[1] * out_chan` in the
+    standard parameterization, `out_chan` in the NTK one."""
+    if self.parameterization == 'standard':
+      return self.s[1] * self.out_chan
+    return self.out_chan
+
   def filter_param_shape(self, in_chan: int) -> tuple[int, ...]:
     sizes = dict(zip(self.layout.filter_spatial, self.filter_shape))
-    return tuple(self.out_chan if c == 'O' else in_chan if c == 'I' else
+    return tuple(self.width if c == 'O' else in_chan if c == 'I' else
                  sizes[c] for c in self.layout.rhs)
 
   def in_chan(self, input_shape: Sequence[int]) -> int:
@@ -490,17 +499,36 @@ class _ConvSpec:
     """Multiplier of the stored `W` in `apply_fn`."""
     if self.parameterization == 'ntk':
       return self.W_std / math.sqrt(in_chan * self.n_taps)
-    return 1.
+    return 1. / math.sqrt(self.s[0])
+
+  def init_scale(self, in_chan: int) -> float:
+    """Standard deviation of the stored `W`: 1 (NTK), or `W_std / sqrt(
+    in_chan * n_taps / s[0])` (standard; the nominal fan-in)."""
+    if self.parameterization == 'ntk':
+      return 1.
+    return self.W_std / math.sqrt(in_chan * self.n_taps / self.s[0])
+
+
+def _is_empty_sequence(value) -> bool:
+  return isinstance(value, (tuple, list)) and not value
 
 
 def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
                dimension_numbers, parameterization, s) -> _ConvSpec:
   out_chan = _check_out_chan(out_chan, name)
-  filter_shape = utils.positive_ints(filter_shape, 'filter_shape', name)
-  n = len(filter_shape)
-  strides = ((1,) * n if strides is None else
-             utils.positive_ints(strides, 'strides', name, n,
-                                 'spatial dimension of the filter/window'))
+  if _is_empty_sequence(filter_shape):
+    # No spatial dimensions: a `Dense` layer on `(N, C)` inputs.
+    filter_shape = ()
+    if strides is not None and not _is_empty_sequence(strides):
+      raise ValueError(
+          f'`strides` of `{name}` must be None or () with filter_shape=(); '
+          f'got {strides!r}.')
+    strides = ()
+  else:
+    filter_shape = utils.positive_ints(filter_shape, 'filter_shape', name)
+    strides = ((1,) * len(filter_shape) if strides is None else
+               utils.positive_ints(strides, 'strides', name, len(filter_shape),
+                                   'spatial dimension of the filter/window'))
   return _ConvSpec(
       name=name,
       out_chan=out_chan,
@@ -509,7 +537,7 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
       padding=padding_of(padding),
       W_std=W_std,
       b_std=b_std,
-      layout=conv_layout(dimension_numbers, n, name),
+      layout=conv_layout(dimension_numbers, len(filter_shape), name),
       parameterization=_parameterization(parameterization, name),
       s=_check_s(s, name))
 
@@ -547,7 +575,7 @@ def _to_output_layout(k: Kernel, spec: _ConvSpec,
   perm = [layout.lhs_spatial.index(c) for c in layout.out_spatial]
   k = map_covariances(
       k, lambda x, n: permute_spatial(x, n, perm, k.diagonal_spatial))
-  width = spec.out_chan * spec.s[1]
+  width = spec.width
   return k.replace(
       is_gaussian=True,
       is_input=False,
@@ -572,7 +600,9 @@ _CONV_ARGS_DOC = """
       for channels last, `('NHWC', 'HWIO', 'NHWC')` for images (`'NHC'`,
       `'HIO'` for sequences, `'NDHWC'`, `'DHWIO'` for volumes).
     parameterization: 'ntk' or 'standard' (see `Dense`).
-    s: width multipliers `(s_in, s_out)` for the standard parameterization.
+    s: width multipliers `(s0, s1)` for the standard parameterization (see
+      `Dense`): `W` has `s1 * out_chan` output channels and the nominal
+      fan-in is `in_chan * prod(filter_shape) / s0`; ignored for 'ntk'.
 """
 
 
@@ -630,7 +660,8 @@ def Conv(out_chan: int,
   filter spec (`(*filter_shape, in_chan, out_chan)` by default) and
   `b ~ N(0, 1)` of shape `(1, ..., 1, out_chan)` (`out_chan` on the output's
   channel axis; `None` when `b_std` is None). Standard parameterization:
-  `y = conv(x, W) + b` with the stored `W ~ N(0, W_std^2 / fan_in)`,
+  `y = conv(x, W) / sqrt(s[0]) + b` with the stored
+  `W ~ N(0, W_std^2 / (fan_in / s[0]))` of `s[1] * out_chan` output channels,
   `b ~ N(0, b_std^2)`. `CIRCULAR` pads the inputs by wrapping around, then
   convolves with `VALID` padding. Params are `(W, b)`.
 
@@ -642,8 +673,10 @@ def Conv(out_chan: int,
 
   the covariance padded like the activations (zeros for `SAME`, wrapped for
   `CIRCULAR`). With `diagonal_spatial`, only `nngp'[h, h]` is computed, from
-  diagonal entries only. Standard parameterization: as `Dense`, with
-  `fan_in = s[0] * in_chan * f`.
+  diagonal entries only. Standard parameterization: as `Dense`, with the
+  nominal `fan_in = in_chan * f / s[0]`:
+  `ntk' = fan_in / f * sum_i nngp[h s + i, h' s + i] + W_std^2 / f * sum_i
+  ntk[h s + i, h' s + i] + [b_std is not None]`.
   """ + _CONV_ARGS_DOC + """
   Returns:
     `(init_fn, apply_fn, kernel_fn)`.
@@ -663,12 +696,11 @@ def Conv(out_chan: int,
   def init_fn(rng, input_shape):
     windows = _windows(input_shape, layout, spec.filter_shape, spec.strides,
                        spec.padding, spec.name)
-    output_shape = _output_shape(input_shape, layout, windows, spec.out_chan)
+    output_shape = _output_shape(input_shape, layout, windows, spec.width)
     in_chan = spec.in_chan(input_shape)
     k1, k2 = random.split(rng)
-    W = random.normal(k1, spec.filter_param_shape(in_chan))
-    if spec.parameterization == 'standard':
-      W = spec.W_std / math.sqrt(in_chan * spec.n_taps) * W
+    W = spec.init_scale(in_chan) * random.normal(
+        k1, spec.filter_param_shape(in_chan))
     return output_shape, (W, _init_bias(k2, spec, output_shape, False))
 
   def apply_fn(params, inputs, **kwargs):
@@ -767,12 +799,11 @@ def ConvTranspose(out_chan: int,
 
   def init_fn(rng, input_shape):
     output_shape = _output_shape(input_shape, layout, windows_of(input_shape),
-                                 spec.out_chan)
+                                 spec.width)
     in_chan = spec.in_chan(input_shape)
     k1, k2 = random.split(rng)
-    W = random.normal(k1, spec.filter_param_shape(in_chan))
-    if spec.parameterization == 'standard':
-      W = spec.W_std / math.sqrt(in_chan * spec.n_taps) * W
+    W = spec.init_scale(in_chan) * random.normal(
+        k1, spec.filter_param_shape(in_chan))
     return output_shape, (W, _init_bias(k2, spec, output_shape, False))
 
   def apply_fn(params, inputs, **kwargs):
@@ -856,13 +887,12 @@ def ConvLocal(out_chan: int,
 
   def init_fn(rng, input_shape):
     windows = windows_of(input_shape)
-    output_shape = _output_shape(input_shape, layout, windows, spec.out_chan)
+    output_shape = _output_shape(input_shape, layout, windows, spec.width)
     in_chan = spec.in_chan(input_shape)
     out_spatial = tuple(windows[c].out_size for c in layout.filter_spatial)
     k1, k2 = random.split(rng)
-    W = random.normal(k1, out_spatial + spec.filter_param_shape(in_chan))
-    if spec.parameterization == 'standard':
-      W = spec.W_std / math.sqrt(in_chan * spec.n_taps) * W
+    W = spec.init_scale(in_chan) * random.normal(
+        k1, out_spatial + spec.filter_param_shape(in_chan))
     return output_shape, (W, _init_bias(k2, spec, output_shape, True))
 
   def apply_fn(params, inputs, **kwargs):

@@ -90,14 +90,19 @@ def Dense(out_dim: int,
     nngp' = W_std^2 * nngp + b_std^2
     ntk'  = nngp' + W_std^2 * ntk
 
-  Standard parameterization: `y = x @ W + b` with the stored
-  `W ~ N(0, W_std^2 / fan_in)` and `b ~ N(0, b_std^2)`; the NNGP is the same,
-  and the NTK is that of the stored params,
-  `ntk' = s[0] * fan_in * nngp + 1[b_std is not None] + W_std^2 * ntk`,
-  where `fan_in` is the channel count recorded in the kernel (for a hidden
-  layer, the `out_dim` of the previous layer) and `s[0]` scales it to the
-  actual width of a wider network (Sohl-Dickstein et al. 2020). `s[1]` is
-  accepted for API compatibility and scales this layer's recorded width.
+  Standard parameterization (Sohl-Dickstein et al. 2020), with width
+  multipliers `s = (s0, s1)`: the layer has `s1 * out_dim` output channels
+  and the nominal fan-in `fan_in / s0` (`fan_in` the actual number of input
+  channels, i.e. the input is `s0` times wider than nominal);
+  `y = x @ W / sqrt(s0) + b` with the stored `W ~ N(0, W_std^2 / (fan_in /
+  s0))` of shape `(fan_in, s1 * out_dim)` and `b ~ N(0, b_std^2)` of size
+  `s1 * out_dim`. The NNGP is as above, and the NTK is that of the stored
+  params:
+
+    ntk' = (fan_in / s0) * nngp + W_std^2 * ntk + [b_std is not None]
+
+  (the gradient w.r.t. `W` gives `x . x' / s0`, the one w.r.t. `b` gives 1).
+  `s` is ignored in the NTK parameterization.
 
   Masked inputs (see `masking`): an output position is masked iff all its
   input channels are; masked outputs (and their covariances) are zero.
@@ -109,7 +114,8 @@ def Dense(out_dim: int,
     batch_axis: batch axis of the inputs.
     channel_axis: channel axis of the inputs (the one contracted).
     parameterization: 'ntk' or 'standard'.
-    s: width multipliers `(s_in, s_out)` for the standard parameterization.
+    s: width multipliers `(s0, s1)` of the input and the output for the
+      standard parameterization (see above); ignored for 'ntk'.
 
   Returns:
     `(init_fn, apply_fn, kernel_fn)`.
@@ -127,22 +133,27 @@ def Dense(out_dim: int,
     raise ValueError(f'`out_dim` must be a positive int; got {out_dim}. Pass '
                      'the number of output channels, e.g. `Dense(512)`.')
   param = _parameterization(parameterization)
-  if (len(tuple(s)) != 2 or any(not isinstance(v, int) or v <= 0 for v in s)):
-    raise ValueError(f'`s` must be a pair of positive ints; got {s!r}.')
+  if (not isinstance(s, (tuple, list)) or len(s) != 2 or
+      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in s)):
+    raise ValueError(f'`s` must be a pair of positive ints; got {s!r}. Pass '
+                     'e.g. s=(1, 1).')
+  standard = param == Parameterization.STANDARD
+  s_in, s_out = tuple(s) if standard else (1, 1)
+  width = s_out * out_dim  # The actual number of output channels.
 
   def init_fn(rng, input_shape):
     ndim = len(input_shape)
     c_axis = canonicalize_axis(channel_axis, ndim, 'channel_axis')
     fan_in = input_shape[c_axis]
-    output_shape = tuple(input_shape[:c_axis]) + (out_dim,) + tuple(
+    output_shape = tuple(input_shape[:c_axis]) + (width,) + tuple(
         input_shape[c_axis + 1:])
     k1, k2 = random.split(rng)
-    W = random.normal(k1, (fan_in, out_dim))
+    W = random.normal(k1, (fan_in, width))
     b_shape = [1] * ndim
-    b_shape[c_axis] = out_dim
+    b_shape[c_axis] = width
     b = None if b_std is None else random.normal(k2, b_shape)
-    if param == Parameterization.STANDARD:
-      W = W_std / math.sqrt(fan_in) * W
+    if standard:
+      W = W_std / math.sqrt(fan_in / s_in) * W
       b = None if b is None else b_std * b
     return output_shape, (W, b)
 
@@ -155,31 +166,26 @@ def Dense(out_dim: int,
           f'inputs; got inputs of shape {inputs.shape}. Pass inputs matching '
           'the `input_shape` given to `init_fn`.')
     out = jnp.moveaxis(jnp.tensordot(inputs, W, (c_axis, 0)), -1, c_axis)
-    if param == Parameterization.NTK:
-      out = W_std / math.sqrt(W.shape[0]) * out
-      if b is not None:
-        out = out + b_std * b
-    elif b is not None:
-      out = out + b
-    return out
+    if standard:
+      out = out / math.sqrt(s_in)
+      return out if b is None else out + b
+    out = W_std / math.sqrt(W.shape[0]) * out
+    return out if b is None else out + b_std * b
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'Dense')
+    nngp = _affine(k.nngp, W_std, b_std)
     ntk = k.ntk
-    if param == Parameterization.NTK:
-      nngp = _affine(k.nngp, W_std, b_std)
-      if ntk is not None:
+    if ntk is not None:
+      if standard:
+        nominal_fan_in = k.channels / s_in
+        ntk = (nominal_fan_in * k.nngp + W_std**2 * ntk +
+               (0. if b_std is None else 1.))
+      else:
         ntk = nngp + W_std**2 * ntk
-    else:
-      nngp = _affine(k.nngp, W_std, b_std)
-      if ntk is not None:
-        fan_in = s[0] * k.channels
-        ntk = (fan_in * k.nngp + (0. if b_std is None else 1.) +
-               W_std**2 * ntk)
     c_axis = k.channel_axis % len(k.shape1)
-    width = out_dim * s[1]
     return k.replace(
         nngp=nngp,
         ntk=ntk,
@@ -236,7 +242,7 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   Args:
     batch_axis: batch axis of the inputs.
     batch_axis_out: batch axis of the output, 0 or 1 (the channel axis is the
-      other one).
+      other one; the kernel records it as -1 when it is last, as published).
 
   Returns:
     `(init_fn, apply_fn, kernel_fn)`.
@@ -249,7 +255,9 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   if batch_axis_out not in (0, 1, -1, -2):
     raise ValueError(f'`batch_axis_out` must be 0 or 1; got {batch_axis_out}.')
   batch_axis_out %= 2
-  channel_axis_out = 1 - batch_axis_out
+  # The published kernel metadata: channel axis -1 (the last) by default, 0
+  # when the batch axis is last.
+  channel_axis_out = -1 if batch_axis_out == 0 else 0
 
   def output_shape(input_shape):
     b = canonicalize_axis(batch_axis, len(input_shape), 'batch_axis')

@@ -35,6 +35,12 @@ def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int) -> list[int]:
   return [i for i in range(ndim) if i not in skip]
 
 
+def _reported_axis(axis: int, ndim: int) -> int:
+  """An output channel axis as the `Kernel` records it: the last axis is -1
+  (the published default, as `Dense`, `Conv` and `Flatten` report it)."""
+  return -1 if axis == ndim - 1 else axis
+
+
 def _map_spatial_pairs(k: Kernel, fn) -> Kernel:
   """Applies `fn(x, axis)` to both axes of every spatial pair of every
   covariance (or to the single axis of each, when spatially diagonal).
@@ -281,6 +287,11 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
     kept = [a for a in range(ndim) if isinstance(full[a], slice)]
     return kept.index(batch_axis % ndim), kept.index(channel_axis % ndim)
 
+  def reported_axes(ndim: int) -> tuple[int, int]:
+    n_kept = sum(isinstance(i, slice) for i in resolve(ndim))
+    b, c = output_axes(ndim)
+    return b, _reported_axis(c, n_kept)
+
   def init_fn(rng, input_shape):
     shape = tuple(input_shape)
     ndim = len(shape)
@@ -322,7 +333,7 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
       cov = single if k.diagonal_batch else pair
       k = k.replace(nngp=pair(k.nngp), ntk=pair(k.ntk), cov1=cov(k.cov1),
                     cov2=cov(k.cov2))
-    new_b, new_c = output_axes(ndim)
+    new_b, new_c = reported_axes(ndim)
     return k.replace(shape1=output_shape(k.shape1),
                      shape2=output_shape(k.shape2),
                      batch_axis=new_b, channel_axis=new_c)
@@ -371,6 +382,7 @@ def _standard_order(ndim: int, b: int, c: int) -> list[int]:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def DotGeneral(lhs: Optional[Array] = None,
                rhs: Optional[Array] = None,
                dimension_numbers: DimensionNumbers = (((), ()), ((), ())),
@@ -398,8 +410,12 @@ def DotGeneral(lhs: Optional[Array] = None,
   channel axis in `dimension_numbers`. A constant cannot mix the infinitely
   many channels of an infinite-width layer (use `Dense` for a learned channel
   map), and mixing examples depends on which examples are in `x1` and `x2`.
-  `apply_fn` computes any `dot_general`. Masked inputs are not supported
-  (`ValueError`).
+  `apply_fn` computes any `dot_general`.
+
+  Masked inputs (see `masking`): masked entries are zeros, so the output and
+  the kernel are those of the zeroed inputs; an output entry is masked iff
+  every input entry it depends on through a nonzero entry of the constant is
+  masked.
 
   Args:
     lhs: constant left operand, or `None` (inputs on the left).
@@ -537,6 +553,27 @@ def DotGeneral(lhs: Optional[Array] = None,
                      cov1=apply(k.cov1, n_cov_pair),
                      cov2=apply(k.cov2, n_cov_pair),
                      shape1=out_shape1, shape2=out_shape2,
-                     batch_axis=out_b, channel_axis=out_c)
+                     batch_axis=out_b,
+                     channel_axis=_reported_axis(out_c, out_ndim))
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(mask, input_shape):
+    if const is None:
+      return mask
+    # Contracted and dot_general-batched axes must have their full sizes;
+    # free axes of size 1 stay so (the output mask broadcasts along them).
+    (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
+    used = (tuple(c_lhs) + tuple(b_lhs) if inputs_are_lhs else
+            tuple(c_rhs) + tuple(b_rhs))
+    used = {a % len(input_shape) for a in used}
+    shape = [input_shape[a] if a in used else mask.shape[a]
+             for a in range(len(input_shape))]
+    unmasked = jnp.broadcast_to(~mask, shape).astype(const.dtype)
+    reach = dot_with(unmasked, (const != 0).astype(const.dtype))
+    return reach == 0
+
+  def dot_with(x, c):
+    if inputs_are_lhs:
+      return lax.dot_general(x, c, dimension_numbers)
+    return lax.dot_general(c, x, dimension_numbers)
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
