@@ -1,7 +1,8 @@
 """Parity with the published Neural Tangents 0.6.5 on its own reference outputs.
 
 `tests/data/upstream-0.6.5.npz` (a copy of `shared/compat/upstream-0.6.5.npz`,
-with its README as `tests/data/upstream-0.6.5.md`) holds outputs of the
+with its README as `tests/data/upstream-0.6.5.README.md`, read through
+`upstream_reference`) holds outputs of the
 published 0.6.5 release (float64) on the inputs stored with them; the README
 describes each case. Every case is rebuilt here with this project's API
 and compared: kernels, shapes of params and `apply_fn` outputs at 1e-6
@@ -9,8 +10,6 @@ relative, predictions at 1e-8 relative. Random draws are not compared (the
 bits of `jax.random` changed since then), only the shapes of `init_fn`'s
 params and `apply_fn` of the stored params.
 """
-import os
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -19,11 +18,9 @@ import numpy as np
 
 from neural_tangents import predict
 from neural_tangents import stax
+import upstream_reference
 
-_REFERENCE = os.path.join(os.path.dirname(__file__), 'data',
-                          'upstream-0.6.5.npz')
-
-_KERNEL_RTOL = 1e-6
+_KERNEL_RTOL = upstream_reference.RTOL
 _PREDICT_RTOL = 1e-8
 
 
@@ -47,8 +44,7 @@ class CompatTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    with np.load(_REFERENCE) as data:
-      cls.ref = {name: data[name] for name in data.files}
+    cls.ref = upstream_reference.load()
 
   def assert_close(self, actual, name, rtol):
     desired = self.ref[name]

@@ -8,7 +8,6 @@ textbook GP posteriors (`jnp.linalg.solve`), matrix exponentials
 import collections
 import functools
 import math
-import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -740,10 +739,8 @@ class MaxLearningRateTest(test_utils.NeuralTangentsTestCase):
                                               momentum), 1e10)
 
 
-# Parity with the published release, regularization, NTK-GP, kernel_fn kwargs.
-
-_REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data',
-                          'upstream-0.6.5.npz')
+# Regularization, NTK-GP, kernel_fn kwargs (the published release's case 4 is
+# in tests/compat_test.py).
 
 
 def _flow_map(theta_reg, theta_test_train, tau):
@@ -758,36 +755,6 @@ def _relative_reg(k, diag_reg):
   """The published scaling: `diag_reg * trace(k) / n` added to the diagonal."""
   n = k.shape[0]
   return k + diag_reg * jnp.trace(k) / n * jnp.eye(n)
-
-
-class PublishedReleaseTest(test_utils.NeuralTangentsTestCase):
-
-  def test_matches_published_release_case_4(self):
-    """Case 4 of `tests/data/upstream-0.6.5.md`, at 1e-8 relative."""
-    with np.load(_REFERENCE) as data:
-      ref = {name: data[name] for name in data.files}
-    stax = nt.stax
-    _, _, kernel_fn = stax.serial(stax.Dense(1, 1.5, 0.1), stax.Relu(),
-                                  stax.Dense(1))
-    x_train, x_test, y_train = ref['pred_xtr'], ref['pred_xte'], ref['pred_ytr']
-
-    def assert_matches(actual, name):
-      self.assertLess(test_utils.relative_error(actual, ref[name]), 1e-8, name)
-
-    predict_fn = predict.gradient_descent_mse_ensemble(kernel_fn, x_train,
-                                                       y_train, diag_reg=1e-4)
-    for get in ('nngp', 'ntk'):
-      for t in (1.0, None):
-        out = predict_fn(t, x_test, get, compute_cov=True)
-        assert_matches(out.mean, f'ensemble/{get}_{t}_mean')
-        assert_matches(out.covariance, f'ensemble/{get}_{t}_cov')
-
-    gp = predict.gp_inference(kernel_fn(x_train, None, ('nngp', 'ntk')),
-                              y_train, diag_reg=1e-4)
-    out = gp('ntk', kernel_fn(x_test, x_train, ('nngp', 'ntk')),
-             kernel_fn(x_test, None, ('nngp', 'ntk')))
-    assert_matches(out.mean, 'gp/ntk_mean')
-    assert_matches(out.covariance, 'gp/ntk_cov')
 
 
 class DiagRegTest(test_utils.NeuralTangentsTestCase):
