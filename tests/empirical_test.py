@@ -235,7 +235,8 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
   @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
   def test_dict_params(self, implementation, vmap_axes):
     def f(params, x):
-      h = jnp.sin(x @ params['dense']['w'].T) * params['scale']
+      h = jnp.sin(x @ params['dense']['w'].T) * jnp.expand_dims(
+          params['scale'], 0)
       return h @ params['out']
 
     params = {'dense': {'w': _normal(1, (5, 3))}, 'scale': _normal(2, (5,)),
