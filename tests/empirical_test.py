@@ -667,6 +667,11 @@ def _batch_position_scaled(params, x):
   return mlp(params, x) * np.arange(1, x.shape[0] + 1)[:, None]
 
 
+def _batch_position_iota(params, x):
+  # The positions are an `iota` in the program, not a constant.
+  return mlp(params, x) * jnp.arange(1., x.shape[0] + 1)[:, None]
+
+
 class AutoTest(test_utils.NeuralTangentsTestCase):
   """AUTO weighs per-example and whole-batch formulations when they agree."""
 
@@ -691,7 +696,8 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
       ('batch_size_literal', _batch_size_scaled),
-      ('batch_position_constant', _batch_position_scaled))
+      ('batch_position_constant', _batch_position_scaled),
+      ('batch_position_iota', _batch_position_iota))
   def test_no_per_example_formulation_when_batch_of_one_differs(self, f):
     self.assertIsNone(self._formulation(f, None))
 
@@ -716,7 +722,8 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
       ('mlp', mlp), ('batch_size_literal', _batch_size_scaled),
-      ('batch_position_constant', _batch_position_scaled))
+      ('batch_position_constant', _batch_position_scaled),
+      ('batch_position_iota', _batch_position_iota))
   def test_auto_without_vmap_axes_equals_explicit(self, f):
     params = mlp_params()
     x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
