@@ -50,18 +50,20 @@ def _full_kernels(f, params, x1, x2, kwargs1, kwargs2):
   return kernels
 
 
-def _layout(full, out_ndim, batch_axis, trace_axes, diagonal_axes):
-  """Traces, keeps diagonals of, or pairs the axes of a full kernel."""
+def _layout(full, out_ndim, trace_axes, diagonal_axes):
+  """Traces, keeps diagonals of, or pairs the axes of a full kernel.
+
+  The published layout: every output axis, the batch axis included, in
+  order; a paired axis as two adjacent axes.
+  """
   trace = {a % out_ndim for a in trace_axes}
   diagonal = {a % out_ndim for a in diagonal_axes} - trace
   letters = iter(string.ascii_letters)
   s1 = [next(letters) for _ in range(out_ndim)]
   s2 = [next(letters) for _ in range(out_ndim)]
-  result = [s1[batch_axis], s2[batch_axis]]
+  result = []
   divisor = 1
   for axis in range(out_ndim):
-    if axis == batch_axis:
-      continue
     if axis in trace:
       s2[axis] = s1[axis]
       divisor *= full.shape[axis]
@@ -78,7 +80,7 @@ _FULL_KERNELS = {}
 
 
 def explicit_ntk(f, params, x1, x2, trace_axes=(-1,), diagonal_axes=(),
-                 batch_axes=0, kwargs1=None, kwargs2=None, cache_key=None):
+                 kwargs1=None, kwargs2=None, cache_key=None):
   """The NTK from `jax.jacobian` of the whole batch (a pytree per output).
 
   With `cache_key`, the full kernel of `(f, params, x1, x2, kwargs)` is
@@ -94,18 +96,15 @@ def explicit_ntk(f, params, x1, x2, trace_axes=(-1,), diagonal_axes=(),
     _FULL_KERNELS[key] = (
         _full_kernels(f, params, x1, x2, kwargs1, kwargs2), treedef)
   kernels, treedef = _FULL_KERNELS[key]
-  if isinstance(batch_axes, int):
-    batch_axes = [batch_axes] * len(kernels)
   return jax.tree_util.tree_unflatten(treedef, [
-      _layout(k, k.ndim // 2, b, trace_axes, diagonal_axes)
-      for k, b in zip(kernels, batch_axes)])
+      _layout(k, k.ndim // 2, trace_axes, diagonal_axes) for k in kernels])
 
 
 def explicit_nngp(f, params, x1, x2, trace_axes=(-1,), diagonal_axes=()):
   x2 = x1 if x2 is None else x2
   out1, out2 = f(params, x1), f(params, x2)
   return jax.tree_util.tree_map(
-      lambda a, b: _layout(jnp.tensordot(a, b, 0), a.ndim, 0, trace_axes,
+      lambda a, b: _layout(jnp.tensordot(a, b, 0), a.ndim, trace_axes,
                            diagonal_axes), out1, out2)
 
 
@@ -120,9 +119,9 @@ def _normal(seed, shape, scale=1.):
 
 def mlp(params, x):
   for w, b in params[:-1]:
-    x = jnp.tanh(x @ w + b)
+    x = jnp.tanh(x @ w + jnp.expand_dims(b, 0))
   w, b = params[-1]
-  return x @ w + b
+  return x @ w + jnp.expand_dims(b, 0)
 
 
 def mlp_params():
@@ -136,7 +135,7 @@ def cnn(params, x):
   w1, b1, w2 = params
   x = lax.conv_general_dilated(x, w1, (1, 1), 'SAME',
                                dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
-  x = jax.nn.relu(x + b1)
+  x = jax.nn.relu(x + b1.reshape(1, 1, 1, -1))
   return lax.conv_general_dilated(x, w2, (2, 1), ((1, 0), (0, 1)),
                                   rhs_dilation=(1, 2),
                                   dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
@@ -192,15 +191,15 @@ class EmpiricalNtkAllImplementationsTest(test_utils.NeuralTangentsTestCase):
     trace_axes, diagonal_axes = axes
     params = cnn_params()
     x1, x2 = _cnn_inputs()
-    f, vmap_axes, batch_axis = cnn, {'none': None, 'zero': 0}.get(vmap), 0
+    f, vmap_axes = cnn, {'none': None, 'zero': 0}.get(vmap)
     if vmap == 'pytree':
-      f, vmap_axes, batch_axis = cnn_batch_axis_1, ({'img': 1}, 1, None), 1
+      f, vmap_axes = cnn_batch_axis_1, ({'img': 1}, 1, None)
       x1, x2 = {'img': jnp.moveaxis(x1, 0, 1)}, {'img': jnp.moveaxis(x2, 0, 1)}
     ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
                                  implementation)
     for second in (None, x2):
       expected = explicit_ntk(f, params, x1, second, trace_axes,
-                              diagonal_axes, batch_axis, cache_key=f)
+                              diagonal_axes, cache_key=f)
       self.assertAllClose(ntk_fn(x1, second, params), expected, rtol=_TOL,
                           atol=_TOL)
 
@@ -209,8 +208,8 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
   """Each implementation on networks of various kinds."""
 
   def _check(self, f, params, x1, x2, implementation, vmap_axes,
-             trace_axes=(-1,), diagonal_axes=(), batch_axes=0, jit=False,
-             both=True, **kwargs):
+             trace_axes=(-1,), diagonal_axes=(), jit=False, both=True,
+             **kwargs):
     """Compares with the reference, for `x2=None` (if `both`) and `x2`."""
     ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
                                  implementation)
@@ -218,7 +217,7 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
       ntk_fn = jax.jit(ntk_fn)
     for second in (None, x2) if both else (x2,):
       expected = explicit_ntk(f, params, x1, second, trace_axes,
-                              diagonal_axes, batch_axes, kwargs)
+                              diagonal_axes, kwargs)
       actual = ntk_fn(x1, second, params, **kwargs)
       self.assertAllClose(actual, expected, rtol=_TOL, atol=_TOL)
 
@@ -236,7 +235,8 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
   @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
   def test_dict_params(self, implementation, vmap_axes):
     def f(params, x):
-      h = jnp.sin(x @ params['dense']['w'].T) * params['scale']
+      h = jnp.sin(x @ params['dense']['w'].T) * jnp.expand_dims(
+          params['scale'], 0)
       return h @ params['out']
 
     params = {'dense': {'w': _normal(1, (5, 3))}, 'scale': _normal(2, (5,)),
@@ -289,17 +289,22 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
     def f(params, x, rng):
       # Dropout-like: one mask over features, shared by the batch.
       h = jnp.tanh(x @ params[0])
-      mask = jax.random.bernoulli(rng, 0.6, h.shape[-1:])
+      mask = jax.random.bernoulli(rng, 0.6, (1,) + h.shape[-1:])
       return (h * mask) @ params[1]
 
     params = (_normal(1, (3, 5)), _normal(2, (5, 2)))
     x1, x2 = _normal(3, (3, 3)), _normal(4, (2, 3))
-    self._check(f, params, x1, x2, implementation, vmap_axes,
-                rng=jax.random.PRNGKey(7))
-    # A pair of keys: one for x1's call, one for x2's.
-    k1, k2 = jax.random.PRNGKey(1), jax.random.PRNGKey(2)
+    rng = jax.random.PRNGKey(7)
     ntk_fn = nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
                                  implementation=implementation)
+    # x2 is None: both calls get `rng`; else x2's gets `fold_in(rng, 1)`.
+    for second, rng2 in ((None, rng), (x2, jax.random.fold_in(rng, 1))):
+      expected = explicit_ntk(f, params, x1, second, kwargs1={'rng': rng},
+                              kwargs2={'rng': rng2})
+      self.assertAllClose(ntk_fn(x1, second, params, rng=rng), expected,
+                          rtol=_TOL, atol=_TOL)
+    # A pair of keys: one for x1's call, one for x2's.
+    k1, k2 = jax.random.PRNGKey(1), jax.random.PRNGKey(2)
     expected = explicit_ntk(f, params, x1, x2, kwargs1={'rng': k1},
                             kwargs2={'rng': k2})
     self.assertAllClose(ntk_fn(x1, x2, params, rng=(k1, k2)), expected,
@@ -326,7 +331,8 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
     def f(params, x):
       # Batch-norm-like: statistics over the batch couple the examples.
       h = x @ params[0]
-      h = (h - h.mean(0)) / jnp.sqrt(h.var(0) + 1.)
+      h = ((h - h.mean(0, keepdims=True)) /
+           jnp.sqrt(h.var(0, keepdims=True) + 1.))
       return jnp.tanh(h) @ params[1]
 
     params = (_normal(1, (3, 4)), _normal(2, (4, 2)))
@@ -352,6 +358,165 @@ class EmpiricalNtkNetworksTest(test_utils.NeuralTangentsTestCase):
                           rtol=_TOL, atol=_TOL)
 
 
+def _batch_axis_1(params, x):
+  """`(3, 4) -> (7, 3, 2)`: the output's batch axis is 1."""
+  h = jnp.tanh(x @ params['w'])
+  return jnp.moveaxis(h.reshape(x.shape[0], 7, 2), 0, 1)
+
+
+def _batch_axis_1_params():
+  return {'w': _normal(1, (4, 14), 0.5)}
+
+
+class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
+  """`rng`, `vmap_axes`, batch-axis layouts and nested inputs, as published.
+
+  The reference is the explicit Jacobian contraction (`explicit_ntk`).
+  """
+
+  @_named(implementation=_IMPL)
+  def test_dropout_rng_keys(self, implementation):
+    # f(x1) gets rng, f(x2) fold_in(rng, 1), unless x2 is None or equal to
+    # x1; a pair of keys is used as given.
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(16), stax.Dropout(0.5),
+                                       stax.Relu(), stax.Dense(2))
+    x1, x2 = _normal(1, (3, 4)), _normal(2, (2, 4))
+    _, params = init_fn(jax.random.PRNGKey(0), x1.shape)
+    rng, other = jax.random.PRNGKey(7), jax.random.PRNGKey(8)
+    kernel_fn = nt.empirical_kernel_fn(apply_fn, implementation=implementation)
+    folded = jax.random.fold_in(rng, 1)
+    cases = ((x2, rng, (rng, folded)), (None, rng, (rng, rng)),
+             (jnp.array(x1), rng, (rng, rng)),
+             (x2, (rng, other), (rng, other)))
+    for second, given, (rng1, rng2) in cases:
+      k = kernel_fn(x1, second, ('nngp', 'ntk'), params, rng=given)
+      x = x1 if second is None else second
+      expected = explicit_ntk(apply_fn, params, x1, x, kwargs1={'rng': rng1},
+                              kwargs2={'rng': rng2})
+      self.assertAllClose(k.ntk, expected, rtol=_TOL, atol=_TOL)
+      f1 = apply_fn(params, x1, rng=rng1)
+      f2 = apply_fn(params, x, rng=rng2)
+      self.assertAllClose(k.nngp, f1 @ f2.T / 2, rtol=_TOL, atol=_TOL)
+    # Different masks for x1 and x2 change the kernel (the test has power).
+    same_keys = explicit_ntk(apply_fn, params, x1, x2, kwargs1={'rng': rng})
+    self.assertGreater(
+        np.abs(kernel_fn(x1, x2, 'ntk', params, rng=rng) - same_keys).max(),
+        1e-3)
+    # Under jit the comparison of x1 and x2 is traced.
+    jitted = jax.jit(kernel_fn, static_argnames='get')
+    self.assertAllClose(jitted(x1, x1, 'ntk', params, rng=rng),
+                        kernel_fn(x1, None, 'ntk', params, rng=rng),
+                        rtol=_TOL, atol=_TOL)
+    self.assertAllClose(jitted(x1, x2, 'ntk', params, rng=rng),
+                        kernel_fn(x1, x2, 'ntk', params, rng=rng),
+                        rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL,
+          vmap_axes={'pair': (0, 1), 'triple': (0, 1, None)})
+  def test_output_batch_axis_keeps_the_layout(self, implementation,
+                                              vmap_axes):
+    # Outputs (7, 3, 2) with batch axis 1: the kernel is (7, 7, 3, 3, 2, 2),
+    # as without vmap_axes.
+    params = _batch_axis_1_params()
+    x1, x2 = _normal(2, (3, 4)), _normal(3, (2, 4))
+    ntk_fn = nt.empirical_ntk_fn(_batch_axis_1, (), (), vmap_axes,
+                                 implementation)
+    for second, n2 in ((None, 3), (x2, 2)):
+      actual = ntk_fn(x1, second, params)
+      self.assertEqual(actual.shape, (7, 7, 3, n2, 2, 2))
+      self.assertAllClose(actual, explicit_ntk(_batch_axis_1, params, x1,
+                                               second, ()),
+                          rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL)
+  def test_pytree_vmap_axes(self, implementation):
+    def f(params, x):
+      h = jnp.tanh(x['a'] @ params['w'] + x['b'].T @ params['v'])
+      return jnp.moveaxis(h.reshape(x['a'].shape[0], 7, 2), 0, 1), jnp.sin(h)
+
+    params = {'w': _normal(1, (4, 14), 0.5), 'v': _normal(2, (2, 14), 0.5)}
+    x1 = {'a': _normal(3, (3, 4)), 'b': _normal(4, (2, 3))}
+    x2 = {'a': _normal(5, (2, 4)), 'b': _normal(6, (2, 2))}
+    # A pair `(in_axes, out_axes)` of pytrees; the triple with kwargs axes.
+    for vmap_axes in (({'a': 0, 'b': 1}, (1, 0)),
+                      ({'a': 0, 'b': 1}, (1, 0), {})):
+      ntk_fn = nt.empirical_ntk_fn(f, (), (), vmap_axes, implementation)
+      for second in (None, x2):
+        self.assertAllClose(ntk_fn(x1, second, params),
+                            explicit_ntk(f, params, x1, second, ()),
+                            rtol=_TOL, atol=_TOL)
+
+  def test_pytree_vmap_axes_of_inputs_and_outputs(self):
+    # A pytree prefix of both x and f(x) is the batch axes of both.
+    def f(params, x):
+      a, b = x
+      return jnp.tanh(a @ params), jnp.tanh(b.T @ params).T
+
+    params = _normal(1, (3, 2))
+    x1 = (_normal(2, (4, 3)), _normal(3, (3, 4)))
+    ntk_fn = nt.empirical_ntk_fn(f, (), (), (0, 1))
+    self.assertAllClose(ntk_fn(x1, None, params),
+                        explicit_ntk(f, params, x1, None, ()),
+                        rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL,
+          vmap_axes={'vmap_none': None, 'vmap_0': 0, 'vmap_out_1': (0, 1)},
+          axes={'trace_batch': ((0,), ()), 'diag_batch': ((), (0,)),
+                'trace_batch_and_last': ((0, -1), ()),
+                'diag_batch_trace_last': ((-1,), (0,)),
+                'trace_batch_diag_last': ((0,), (-1,))})
+  def test_traced_or_diagonal_batch_axis(self, implementation, vmap_axes,
+                                         axes):
+    trace_axes, diagonal_axes = axes
+    f, params = mlp, mlp_params()
+    if vmap_axes == (0, 1):  # The batch axis is output axis 1.
+      f, params = _batch_axis_1, _batch_axis_1_params()
+      swap = lambda axes: tuple({0: 1, 1: 0}.get(a, a) for a in axes)
+      trace_axes, diagonal_axes = swap(trace_axes), swap(diagonal_axes)
+    x1, x2 = _normal(2, (3, 4 if f is _batch_axis_1 else 3)), None
+    x2 = _normal(3, x1.shape)  # Diagonal batch axes need equal batch sizes.
+    ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
+                                 implementation)
+    for second in (None, x2):
+      self.assertAllClose(
+          ntk_fn(x1, second, params),
+          explicit_ntk(f, params, x1, second, trace_axes, diagonal_axes),
+          rtol=_TOL, atol=_TOL)
+
+  @parameterized.parameters(None, 0)
+  def test_diagonal_batch_axis_needs_equal_batch_sizes(self, vmap_axes):
+    ntk_fn = nt.empirical_ntk_fn(mlp, (), (0,), vmap_axes)
+    with self.assertRaisesRegex(ValueError, 'diagonal_axes'):
+      ntk_fn(_normal(1, (4, 3)), _normal(2, (3, 3)), mlp_params())
+
+  def test_nngp_batch_axis_traced_or_diagonal(self):
+    params, x1, x2 = mlp_params(), _normal(1, (3, 3)), _normal(2, (3, 3))
+    for trace_axes, diagonal_axes in (((0,), ()), ((), (0,)), ((-1,), (0,))):
+      nngp_fn = nt.empirical_nngp_fn(mlp, trace_axes, diagonal_axes)
+      self.assertAllClose(
+          nngp_fn(x1, x2, params),
+          explicit_nngp(mlp, params, x1, x2, trace_axes, diagonal_axes),
+          rtol=_TOL, atol=_TOL)
+
+  @_named(implementation=_IMPL, vmap_axes=_VMAP_NONE_ZERO)
+  def test_nested_tuple_inputs(self, implementation, vmap_axes):
+    init_fn, apply_fn, _ = stax.parallel(
+        stax.parallel(stax.Dense(3), stax.Dense(4)), stax.Dense(2))
+    x1 = ((_normal(1, (3, 5)), _normal(2, (3, 6))), _normal(3, (3, 2)))
+    x2 = ((_normal(4, (2, 5)), _normal(5, (2, 6))), _normal(6, (2, 2)))
+    _, params = init_fn(jax.random.PRNGKey(0),
+                        jax.tree_util.tree_map(jnp.shape, x1))
+    kernel_fn = nt.empirical_kernel_fn(apply_fn, vmap_axes=vmap_axes,
+                                       implementation=implementation)
+    for second in (None, x2):
+      k = kernel_fn(x1, second, ('nngp', 'ntk'), params)
+      self.assertAllClose(k.ntk, explicit_ntk(apply_fn, params, x1, second),
+                          rtol=_TOL, atol=_TOL)
+      self.assertAllClose(k.nngp,
+                          explicit_nngp(apply_fn, params, x1, second),
+                          rtol=_TOL, atol=_TOL)
+
+
 class StructuredDerivativesRulesTest(test_utils.NeuralTangentsTestCase):
   """Structured derivatives (and AUTO) where parameters enter unusually."""
 
@@ -363,22 +528,25 @@ class StructuredDerivativesRulesTest(test_utils.NeuralTangentsTestCase):
           x @ (p['w'] + p['w'].sum(0, keepdims=True))) @ jnp.pad(
               p['o'], ((0, 1), (0, 0)))[:-1],
       # A primitive without a structure rule (generic rule), and `where`.
-      'generic': lambda p, x: jnp.where(x[:, :1] > 0, jnp.exp(p['w'][0]),
-                                        x @ p['w']) @ p['o'],
+      'generic': lambda p, x: jnp.where(
+          x[:, :1] > 0, jnp.exp(jnp.expand_dims(p['w'][0], 0)),
+          x @ p['w']) @ p['o'],
       # Custom derivatives, and a jitted layer used twice.
       'custom': lambda p, x: _jitted_layer(
           jax.nn.softplus(_jitted_layer(x, p['w'])), p['o'][:, :1] *
           jnp.ones((1, 3))) @ p['o'][:3],
       # A parameter on the left of a matmul, a division, concatenation.
       'lhs_div_concat': lambda p, x: jnp.concatenate(
-          [(p['w'].T @ x.T).T / (1. + p['w'][0] ** 2), p['o'].sum(1) + x],
+          [(p['w'].T @ x.T).T / (1. + jnp.expand_dims(p['w'][0], 0) ** 2),
+           jnp.expand_dims(p['o'].sum(1), 0) + x],
           axis=-1),
       # A grouped convolution (generic rule) and a bias via `select_n`.
       'grouped_conv': lambda p, x: lax.conv_general_dilated(
           x[..., None].repeat(2, -1).reshape(x.shape[0], 3, 1, 2),
           p['k'], (1, 1), 'SAME', feature_group_count=2,
           dimension_numbers=('NHWC', 'HWIO', 'NHWC')).reshape(
-              x.shape[0], -1) + jnp.where(x[:, :1] > 0, p['b'], -p['b']),
+              x.shape[0], -1) + jnp.where(x[:, :1] > 0, p['b'][None],
+                                          -p['b'][None]),
   }
 
   @staticmethod
@@ -499,6 +667,11 @@ def _batch_position_scaled(params, x):
   return mlp(params, x) * np.arange(1, x.shape[0] + 1)[:, None]
 
 
+def _batch_position_iota(params, x):
+  # The positions are an `iota` in the program, not a constant.
+  return mlp(params, x) * jnp.arange(1., x.shape[0] + 1)[:, None]
+
+
 class AutoTest(test_utils.NeuralTangentsTestCase):
   """AUTO weighs per-example and whole-batch formulations when they agree."""
 
@@ -523,12 +696,13 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
       ('batch_size_literal', _batch_size_scaled),
-      ('batch_position_constant', _batch_position_scaled))
+      ('batch_position_constant', _batch_position_scaled),
+      ('batch_position_iota', _batch_position_iota))
   def test_no_per_example_formulation_when_batch_of_one_differs(self, f):
     self.assertIsNone(self._formulation(f, None))
 
   def test_no_per_example_formulation_when_examples_interact(self):
-    f = lambda p, x: mlp(p, x - jnp.mean(x, axis=0))
+    f = lambda p, x: mlp(p, x - jnp.mean(x, axis=0, keepdims=True))
     self.assertIsNone(self._formulation(f, None))
 
   def test_choice_is_per_static_keyword_value(self):
@@ -536,7 +710,7 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
     # `train=False` (per-example derivatives) must not be reused for it.
     def f(params, x, train=False):
       y = mlp(params, x)
-      return y - jnp.mean(y, axis=0) if train else y
+      return y - jnp.mean(y, axis=0, keepdims=True) if train else y
     params = mlp_params()
     x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
     ntk_fn = nt.empirical_ntk_fn(f, (), (), None, nt.NtkImplementation.AUTO)
@@ -548,7 +722,8 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
       ('mlp', mlp), ('batch_size_literal', _batch_size_scaled),
-      ('batch_position_constant', _batch_position_scaled))
+      ('batch_position_constant', _batch_position_scaled),
+      ('batch_position_iota', _batch_position_iota))
   def test_auto_without_vmap_axes_equals_explicit(self, f):
     params = mlp_params()
     x1, x2 = _normal(1, (4, 3)), _normal(2, (3, 3))
@@ -574,8 +749,8 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
     for i in range(4):
       self.assertEqual(self._ntk(implementation=i).shape, (4, 4))
 
-  @parameterized.parameters((5,), (-3,), (0,))
-  def test_trace_axes_out_of_range_or_batch(self, axis):
+  @parameterized.parameters((5,), (-3,))
+  def test_trace_axes_out_of_range(self, axis):
     with self.assertRaisesRegex(ValueError, 'trace_axes'):
       self._ntk(trace_axes=(axis,))
 
@@ -584,8 +759,8 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
       self._ntk(diagonal_axes=(2,))
 
   @parameterized.named_parameters(
-      ('_out_of_range', 3), ('_pair', (0, 0)), ('_wrong_tree', ({'a': 0}, 0,
-                                                               None)),
+      ('_out_of_range', 3), ('_pair_out_of_range', (0, 2)),
+      ('_pair_wrong_tree', ({'a': 0}, 0)), ('_wrong_tree', ({'a': 0}, 0, None)),
       ('_kwarg_out_of_range', (0, 0, {'z': 5})), ('_output_axis', (0, 1, None)),
       ('_string', 'zero'))
   def test_vmap_axes_not_matching(self, vmap_axes):

@@ -167,27 +167,104 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(np.abs(estimates[0] - estimates[-1]).max(), 1e-3)
 
   def test_samples_and_rng_keys(self):
-    # Sample `s` uses params from `fold_in(key, s)` and `rng=fold_in(rng, s)`.
+    # Sample `s` uses params from `fold_in(key, s)`; `apply_fn(x1)` gets
+    # `fold_in(rng, s)` and `apply_fn(x2)` `fold_in(fold_in(rng, 1), s)`
+    # (the published convention: x2's key is `fold_in(rng, 1)`), or the same
+    # key as x1 when x2 is None.
     x1, x2 = _inputs()
     rng = random.PRNGKey(7)
     n = 4
     kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
                                          _KEY, n)
-    k = kernel_fn(x1, x2, None, rng=rng)
-    nngp, ntk = 0., 0.
-    for s in range(n):
-      _, params = _linear_init(random.fold_in(_KEY, s), x1.shape)
-      rng_s = random.fold_in(rng, s)
-      f1 = _noisy_linear_apply(params, x1, rng_s)
-      f2 = _noisy_linear_apply(params, x2, rng_s)
-      nngp += f1 @ f2.T / 3
-      # d f[:, c] / d w[:, c] = x * noise[c]; mean over the 3 channels.
-      noise = 1. + random.normal(rng_s, (3,))
-      ntk += x1 @ x2.T * jnp.mean(noise**2)
-    self.assertAllClose(k.nngp, nngp / n)
-    self.assertAllClose(k.ntk, ntk / n)
-    without_rng = kernel_fn(x1, x2, 'nngp')
+    for second in (x2, None):
+      k = kernel_fn(x1, second, None, rng=rng)
+      x = x1 if second is None else second
+      nngp, ntk = 0., 0.
+      for s in range(n):
+        _, params = _linear_init(random.fold_in(_KEY, s), x1.shape)
+        rng1 = random.fold_in(rng, s)
+        rng2 = rng1 if second is None else random.fold_in(
+            random.fold_in(rng, 1), s)
+        f1 = _noisy_linear_apply(params, x1, rng1)
+        f2 = _noisy_linear_apply(params, x, rng2)
+        nngp += f1 @ f2.T / 3
+        # d f[:, c] / d w[:, c] = x * noise[c]; mean over the 3 channels.
+        noise1 = 1. + random.normal(rng1, (3,))
+        noise2 = 1. + random.normal(rng2, (3,))
+        ntk += x1 @ x.T * jnp.mean(noise1 * noise2)
+      self.assertAllClose(k.nngp, nngp / n)
+      self.assertAllClose(k.ntk, ntk / n)
+    without_rng = kernel_fn(x1, None, 'nngp')
     self.assertGreater(np.abs(without_rng - k.nngp).max(), 1e-3)
+
+  @parameterized.parameters(None, 'x1_copy')
+  def test_rng_keys_agree_across_blocks(self, second):
+    # The convention is decided once for the whole inputs: blocks of a
+    # batched estimate (x1's rows against other rows of x1) use the keys of
+    # the unbatched one.
+    x1, _ = _inputs()
+    x2 = None if second is None else jnp.array(x1)
+    rng = random.PRNGKey(7)
+    whole = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply, _KEY,
+                                     2)(x1, x2, None, rng=rng)
+    blocks = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                      _KEY, 2, batch_size=1)(x1, x2, None,
+                                                             rng=rng)
+    self.assertAllClose(blocks, whole)
+    self.assertAllClose(whole.ntk, whole.ntk.T)
+
+  @parameterized.parameters(0, 1)
+  def test_nested_tuple_inputs(self, batch_size):
+    # x = ((a, b), c) into parallel(parallel(Dense, Dense), Dense): the
+    # estimate is the mean of the empirical kernels of the sampled networks.
+    init_fn, apply_fn, _ = stax.parallel(
+        stax.parallel(stax.Dense(3), stax.Dense(4)), stax.Dense(2))
+    normal = lambda seed, shape: random.normal(random.PRNGKey(seed), shape)
+    x1 = ((normal(1, (3, 5)), normal(2, (3, 6))), normal(3, (3, 2)))
+    x2 = ((normal(4, (2, 5)), normal(5, (2, 6))), normal(6, (2, 2)))
+    n = 2
+    kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, n,
+                                         batch_size=batch_size, vmap_axes=0)
+    empirical_fn = nt.empirical_kernel_fn(apply_fn)
+    shapes = jax.tree_util.tree_map(jnp.shape, x1)
+    for second in (None, x2):
+      expected = jax.tree_util.tree_map(
+          lambda *k: sum(k) / n, *[
+              empirical_fn(x1, second, ('nngp', 'ntk'),
+                           init_fn(random.fold_in(_KEY, s), shapes)[1])
+              for s in range(n)])
+      self.assertAllClose(kernel_fn(x1, second, ('nngp', 'ntk')), expected)
+
+  @parameterized.parameters(((0,), ()), ((), (0,)), ((-1,), (0,)))
+  def test_traced_or_diagonal_batch_axis(self, trace_axes, diagonal_axes):
+    # The batch axis (output axis 0) may be traced or diagonal, as in
+    # `nt.empirical_kernel_fn`.
+    x1, _ = _inputs()
+    x2 = 2 * x1[::-1]
+    n = 2
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                         _KEY, n, trace_axes=trace_axes,
+                                         diagonal_axes=diagonal_axes)
+    empirical_fn = nt.empirical_kernel_fn(_noisy_linear_apply, trace_axes,
+                                          diagonal_axes)
+    expected = jax.tree_util.tree_map(
+        lambda *k: sum(k) / n, *[
+            empirical_fn(x1, x2, ('nngp', 'ntk'),
+                         _linear_init(random.fold_in(_KEY, s), x1.shape)[1])
+            for s in range(n)])
+    actual = kernel_fn(x1, x2, ('nngp', 'ntk'))
+    self.assertAllClose(actual, expected)
+    self.assertEqual(actual.ntk.shape, expected.ntk.shape)
+    # The NNGP from its definition: f(x1)[n, c] f(x2)[n', c'].
+    outputs = [(_noisy_linear_apply(p, x1), _noisy_linear_apply(p, x2))
+               for p in (_linear_init(random.fold_in(_KEY, s), x1.shape)[1]
+                         for s in range(n))]
+    full = sum(jnp.einsum('ab,cd->abcd', f1, f2) for f1, f2 in outputs) / n
+    nngp = {((0,), ()): jnp.einsum('abad->bd', full) / 5,
+            ((), (0,)): jnp.einsum('abad->abd', full),
+            ((-1,), (0,)): jnp.einsum('abab->a', full) / 3}[
+                (trace_axes, diagonal_axes)]
+    self.assertAllClose(actual.nngp, nngp)
 
   def test_store_on_host(self):
     init_fn, apply_fn = _linear_init, _noisy_linear_apply

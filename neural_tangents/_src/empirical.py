@@ -16,16 +16,26 @@ The empirical NTK is `Theta(x1, x2) = J(x1) J(x2)^T` with
 cheapest; with `vmap_axes=None` it also tries to prove from the jaxpr that
 batch items do not interact, which makes per-example derivatives valid.
 
-Kernel layout: for an output leaf of shape `(N, O_1, ..., O_k)`, the kernel
-has shape `(N1, N2)` followed by, for each non-traced axis in order, `O_i`
-once if it is in `diagonal_axes` and `(O_i, O_i)` otherwise. Traced axes
-are averaged over (mean, not sum). For pytree outputs the result is a
-pytree of kernels, one per output leaf.
+Kernel layout: for an output leaf of shape `(O_0, ..., O_k)` (the batch
+axis among them: axis 0 without `vmap_axes`), the kernel has, for each
+non-traced axis in order, `O_i` once if it is in `diagonal_axes` and
+`(O_i, O_i)` otherwise: `(N1, N2, O_1, O_1, ...)` for a batch axis 0 and no
+traced or diagonal axes. Traced axes are averaged over (mean, not sum). For
+pytree outputs the result is a pytree of kernels, one per output leaf.
 
-Keyword arguments of `f` (e.g. `rng`) are passed to both calls, `f(x1)` and
-`f(x2)`; to pass different values, give the pair `(value_for_x1,
-value_for_x2)` as a tuple. (A tuple of exactly two elements is always read
-as such a pair.)
+Keyword arguments of `f` are passed to both calls, `f(x1)` and `f(x2)`; to
+pass different values, give the pair `(value_for_x1, value_for_x2)` as a
+tuple. (A tuple of exactly two elements is always read as such a pair.) A
+single PRNG key `rng` follows the published convention: `f(x1)` gets `rng`
+and `f(x2)` gets `jax.random.fold_in(rng, 1)`, unless x2 is None or equal
+to x1, when both get `rng` (`read_rng`).
+
+`vmap_axes` is None, an int, a pytree of axes that is a prefix of both the
+inputs and the outputs, a pair `(in_axes, out_axes)`, or a triple
+`(in_axes, out_axes, kwargs_axes)`. Whatever `vmap_axes`, the kernel has
+the layout it has without it: the batch axis is an output axis like the
+others (its pair `(N1, N2)` sits at its place among the output axes), and
+may be traced or diagonal.
 """
 import dataclasses
 import enum
@@ -47,7 +57,7 @@ from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Array, Axes, PyTree
 
 ApplyFn = Callable[..., PyTree]
-VMapAxes = Union[None, int, tuple[Any, Any, Any]]
+VMapAxes = Union[None, int, PyTree, tuple[Any, Any], tuple[Any, Any, Any]]
 
 
 class NtkImplementation(enum.IntEnum):
@@ -108,16 +118,84 @@ def _axes_tuple(axes: Axes, name: str) -> tuple[int, ...]:
   return tuple(int(a) for a in out)
 
 
-def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict, dict, bool]:
-  """Per-call keyword arguments: a 2-tuple is `(for x1, for x2)`."""
+def _split_kwargs(kwargs: dict[str, Any], x1: PyTree,
+                  x2: Optional[PyTree]) -> tuple[dict, dict, bool]:
+  """Per-call keyword arguments: a 2-tuple is `(for x1, for x2)`.
+
+  A single PRNG key `rng` follows the published convention, `read_rng`.
+  Returns `(kwargs of f(x1), kwargs of f(x2), whether they are the same)`.
+  """
   kw1, kw2, same = {}, {}, True
   for k, v in kwargs.items():
-    if isinstance(v, tuple) and len(v) == 2:
+    if k == 'rng' and is_single_key(v):
+      kw1[k], kw2[k] = read_rng(v, x1, x2)
+      same = same and kw1[k] is kw2[k]
+    elif isinstance(v, tuple) and len(v) == 2:
       kw1[k], kw2[k] = v
-      same = False
+      same = same and v[0] is v[1]
     else:
       kw1[k] = kw2[k] = v
   return kw1, kw2, same
+
+
+def is_single_key(x: Any) -> bool:
+  """A legacy PRNG key (uint32[2]) or a scalar typed key array."""
+  return _is_array(x) and _is_raw_key(x)
+
+
+def _x1_is_x2(x1: PyTree, x2: Optional[PyTree]) -> Union[bool, Array]:
+  """Whether x2 is None or has x1's values (a traced bool under tracing)."""
+  if x2 is None or x2 is x1:
+    return True
+  leaves1, treedef1 = tree_util.tree_flatten(x1)
+  leaves2, treedef2 = tree_util.tree_flatten(x2)
+  if treedef1 != treedef2 or any(np.shape(a) != np.shape(b)
+                                 for a, b in zip(leaves1, leaves2)):
+    return False
+  if not any(isinstance(l, jax.core.Tracer) for l in leaves1 + leaves2):
+    return all(np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(leaves1, leaves2))
+  return jnp.all(jnp.stack([jnp.all(a == b)
+                            for a, b in zip(leaves1, leaves2)]))
+
+
+def read_rng(rng: Any, x1: PyTree,
+             x2: Optional[PyTree]) -> tuple[Any, Any]:
+  """The PRNG keys of `f(x1)` and `f(x2)` from an `rng` keyword argument.
+
+  The published convention: `f(x1)` gets `rng` and `f(x2)` gets
+  `random.fold_in(rng, 1)`, unless x2 is None or equal to x1 (by value),
+  when both get `rng`. A pair `(key1, key2)` is used as given.
+
+  Args:
+    rng: a PRNG key, or a pair of keys.
+    x1: the first inputs.
+    x2: the second inputs, or None.
+
+  Returns:
+    `(key for f(x1), key for f(x2))`.
+
+  Example:
+    >>> k = jax.random.PRNGKey(0)
+    >>> read_rng(k, jnp.ones(2), jnp.zeros(2))[1] == jax.random.fold_in(k, 1)
+    Array([ True,  True], dtype=bool)
+  """
+  if isinstance(rng, tuple) and len(rng) == 2:
+    return rng
+  same = _x1_is_x2(x1, x2)
+  if same is True:
+    return rng, rng
+  other = jax.random.fold_in(rng, 1)
+  if same is False:
+    return rng, other
+  # Under tracing: select between the keys' data (typed keys included).
+  typed = jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
+  data = (lambda k: jax.random.key_data(k)) if typed else (lambda k: k)
+  selected = jnp.where(same, data(rng), data(other))
+  if typed:
+    selected = jax.random.wrap_key_data(selected,
+                                        impl=jax.random.key_impl(rng))
+  return rng, selected
 
 
 def _is_array(x: Any) -> bool:
@@ -243,6 +321,10 @@ class _Problem:
     out_treedef: the structure of `f`'s output.
     same_calls: whether both sides call `f` with the same non-array keyword
       arguments, so that inputs of equal shapes trace to the same program.
+    placements: per output leaf, with `per_example`, `(kinds, batch_axis)`:
+      the kind of every axis of the whole-batch output and its batch axis,
+      to move the example axes of the computed kernel to their place (see
+      `layout_lib.place_example_axes`); None without `per_example`.
   """
   sides: tuple[_Side, _Side]
   symmetric: bool
@@ -251,6 +333,7 @@ class _Problem:
   result_shapes: tuple[tuple[int, ...], ...]
   out_treedef: Any
   same_calls: bool
+  placements: tuple[Optional[tuple[tuple[str, ...], int]], ...]
 
 
 def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
@@ -263,7 +346,7 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
     `(problem, param_leaves, data1, data2)`: the differentiable (inexact)
     parameter leaves, and each side's data leaves.
   """
-  kw1, kw2, same_kwargs = _split_kwargs(kwargs)
+  kw1, kw2, same_kwargs = _split_kwargs(kwargs, x1, x2)
   symmetric = x2 is None and same_kwargs
   if x2 is None:
     x2 = x1
@@ -297,15 +380,21 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
 
     fn = lambda p, d, tree_fn=tree_fn: tree_util.tree_leaves(tree_fn(p, d))
     data = list(x_leaves) + list(kw_leaves) + other_params
+    axes, out_tree = vmap_axes, None
+    if per_example and not (_is_int(vmap_axes) or _is_triple(vmap_axes)):
+      # Which of the published readings applies depends on f's outputs.
+      out_tree = jax.eval_shape(tree_fn, param_leaves, data)
+      axes = _pytree_vmap_axes(vmap_axes, x, out_tree)
     if per_example:  # Checked before calling f, which may fail otherwise.
-      in_axes, kw_axes = _input_axes(vmap_axes, x, dynamic)
-    out_tree = jax.eval_shape(tree_fn, param_leaves, data)
+      in_axes, kw_axes = _input_axes(axes, x, dynamic)
+    if out_tree is None:
+      out_tree = jax.eval_shape(tree_fn, param_leaves, data)
     _check_outputs(tree_util.tree_leaves(out_tree))
     if per_example:
-      out_axes = _output_axes(vmap_axes, out_tree)
+      out_axes = _output_axes(axes, out_tree)
       data_axes = tuple(in_axes + kw_axes + [None] * len(other_params))
       side = _per_example_side(fn, param_leaves, data, data_axes, out_tree,
-                               out_axes, vmap_axes, n_x)
+                               out_axes, axes, n_x)
     else:
       out_axes = None
       shapes = tuple(tuple(o.shape) for o in tree_util.tree_leaves(out_tree))
@@ -318,7 +407,7 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
       out_trees[1]):
     raise ValueError('`f(params, x1)` and `f(params, x2)` return outputs of '
                      'different structures; the kernel pairs their leaves.')
-  layouts, result_shapes = [], []
+  layouts, result_shapes, placements = [], [], []
   (side1, out_axes), (side2, _) = sides
   full = tree_util.tree_leaves(out_trees[0])
   for l, (s1, s2) in enumerate(zip(side1.out_shapes, side2.out_shapes)):
@@ -329,12 +418,37 @@ def _setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
     layouts.append(layout)
     result_shapes.append(_result_shape(layout, s1, s2, side1.n, side2.n,
                                        per_example))
+    placements.append(_placement(full[l].ndim, batch_axis, trace_axes,
+                                 diagonal_axes, side1.n, side2.n)
+                      if per_example else None)
   same_calls = statics[0].keys() == statics[1].keys() and all(
       statics[0][k] is statics[1][k] for k in statics[0])
   problem = _Problem((side1, side2), symmetric, per_example, tuple(layouts),
                      tuple(result_shapes),
-                     tree_util.tree_structure(out_trees[0]), same_calls)
+                     tree_util.tree_structure(out_trees[0]), same_calls,
+                     tuple(placements))
   return problem, param_leaves, datas[0], datas[1]
+
+
+def _placement(ndim: int, batch_axis: int, trace_axes: tuple[int, ...],
+               diagonal_axes: tuple[int, ...], n1: int,
+               n2: int) -> tuple[tuple[str, ...], int]:
+  """`(kinds, batch_axis)` of a per-example kernel, see `_Problem`."""
+  kinds = layout_lib.axis_kinds(ndim, trace_axes, diagonal_axes)
+  if kinds[batch_axis] != layout_lib.PAIR and n1 != n2:
+    name = ('trace_axes' if kinds[batch_axis] == layout_lib.TRACE else
+            'diagonal_axes')
+    raise ValueError(
+        f'`{name}` contains the batch axis {batch_axis}, which needs as many '
+        f'examples in x1 as in x2; got {n1} and {n2}. Remove axis '
+        f'{batch_axis} from `{name}`, or pass inputs of equal batch sizes.')
+  return kinds, batch_axis
+
+
+def _place_example_axes(problem: _Problem, kernels: list) -> list:
+  """Moves each per-example kernel's example axes to the published layout."""
+  return [k if p is None else layout_lib.place_example_axes(k, *p)
+          for k, p in zip(kernels, problem.placements)]
 
 
 def _merge(diff_leaves: Sequence[Any], other_leaves: Sequence[Any],
@@ -745,6 +859,9 @@ def _candidates(problem: _Problem, params: list, data1: list,
   }
   modes = [sd.Mode.EXAMPLE] if problem.per_example else [sd.Mode.WHOLE,
                                                          sd.Mode.SEPARABLE]
+  if any(l.kinds[0] != layout_lib.PAIR for l in problem.layouts):
+    # SEPARABLE makes axis 0, the batch axis, the (paired) example axes.
+    modes = [m for m in modes if m != sd.Mode.SEPARABLE]
   for mode in modes:
     try:
       plan, _ = _structured_plan(problem, params, data1, data2, mode)
@@ -919,15 +1036,54 @@ def _is_int(vmap_axes: VMapAxes) -> bool:
           not isinstance(vmap_axes, bool))
 
 
+def _is_triple(vmap_axes: VMapAxes) -> bool:
+  """Whether `vmap_axes` is `(in_axes, out_axes, kwargs_axes)`."""
+  return isinstance(vmap_axes, (tuple, list)) and len(vmap_axes) == 3
+
+
+def _is_prefix(axes: Any, tree: PyTree) -> bool:
+  """Whether `axes` is a pytree prefix of `tree` (None leaves allowed)."""
+  try:
+    tree_util.tree_map(lambda a, sub: None, axes, tree,
+                       is_leaf=lambda a: a is None)
+  except (ValueError, TypeError):
+    return False
+  return True
+
+
+def _pytree_vmap_axes(vmap_axes: VMapAxes, x: PyTree,
+                      out_tree: PyTree) -> tuple[Any, Any, None]:
+  """`(in_axes, out_axes, None)` of a `vmap_axes` neither int nor triple.
+
+  As published, a pytree of axes is the batch axes of both the inputs and
+  the outputs, if it is a prefix of both; otherwise a pair is read as
+  `(in_axes, out_axes)`. Keyword arguments are shared by the batch.
+  """
+  if _is_prefix(vmap_axes, x) and _is_prefix(vmap_axes, out_tree):
+    return vmap_axes, vmap_axes, None
+  if (isinstance(vmap_axes, (tuple, list)) and len(vmap_axes) == 2 and
+      _is_prefix(vmap_axes[0], x) and _is_prefix(vmap_axes[1], out_tree)):
+    return vmap_axes[0], vmap_axes[1], None
+  raise ValueError(
+      f'`vmap_axes={vmap_axes!r}` is neither a pytree prefix of both the '
+      f'inputs ({tree_util.tree_structure(x)}) and the outputs '
+      f'({tree_util.tree_structure(out_tree)}), nor a pair `(in_axes, '
+      'out_axes)` of prefixes of them; e.g. `vmap_axes=(0, 1)` when axis 0 '
+      'of the inputs and axis 1 of the outputs is the batch axis.')
+
+
 def _check_vmap_axes(vmap_axes: VMapAxes) -> None:
   if vmap_axes is None or _is_int(vmap_axes):
     return
-  if isinstance(vmap_axes, (tuple, list)) and len(vmap_axes) == 3:
+  leaves = tree_util.tree_leaves(vmap_axes)
+  if (isinstance(vmap_axes, (tuple, list, dict)) and
+      all(_is_int(a) for a in leaves)):
     return
   raise ValueError(
-      f'`vmap_axes={vmap_axes!r}` is not None, an int, or a triple '
-      '`(in_axes, out_axes, kwargs_axes)`; e.g. `vmap_axes=0` when axis 0 of '
-      'inputs and outputs is the batch axis.')
+      f'`vmap_axes={vmap_axes!r}` is not None, an int, a pytree of ints '
+      '(and None), a pair `(in_axes, out_axes)` or a triple `(in_axes, '
+      'out_axes, kwargs_axes)`; e.g. `vmap_axes=0` when axis 0 of inputs and '
+      'outputs is the batch axis.')
 
 
 # ---------------------------------------------------------------------------
@@ -948,24 +1104,31 @@ def empirical_ntk_fn(
 
   Args:
     f: `f(params, x, **kwargs)`; params, x and the output may be pytrees.
-    trace_axes: output axes averaged over (their diagonal's mean).
+    trace_axes: output axes averaged over (their diagonal's mean), indexed
+      in `f(x)`'s shape; may contain the batch axis.
     diagonal_axes: output axes of which only the diagonal is kept. An axis
-      in both is traced. Neither may contain the batch axis.
+      in both is traced. May contain the batch axis (x1 and x2 then need
+      equal batch sizes).
     vmap_axes: the batch axis, promising that examples do not interact so
       that per-example derivatives can be used: None (no promise; axis 0 of
       the outputs is the batch axis), an int (the batch axis of inputs,
       outputs, and of keyword arguments whose leaves all have the batch size
-      along it), or `(in_axes, out_axes, kwargs_axes)` with pytree prefixes
-      of x and of the output and a dict from keyword name to axis (None or
-      absent: shared by the batch).
+      along it), a pytree prefix of both x and the output (their batch
+      axes), a pair `(in_axes, out_axes)` of pytree prefixes of x and of the
+      output, or `(in_axes, out_axes, kwargs_axes)` with also a dict from
+      keyword name to axis (None or absent: shared by the batch). Keyword
+      arguments are shared unless given in `kwargs_axes` or batched by an
+      int `vmap_axes`.
     implementation: an `NtkImplementation` or its int value.
 
   Returns:
     `ntk_fn(x1, x2, params, **kwargs)` giving the kernel (a pytree like the
-    output): shape `(N1, N2)` then, for each output axis neither batch nor
-    traced, `O` if diagonal else `(O, O)`. `x2=None` means `x2 = x1`. A
-    keyword argument given as a tuple `(for_x1, for_x2)` is split between
-    the two calls; others are passed to both.
+    output): for each output axis (the batch axis included, whatever
+    `vmap_axes`) in order, none if traced, `O` if diagonal, else `(O, O)`.
+    `x2=None` means `x2 = x1`. A keyword argument given as a tuple
+    `(for_x1, for_x2)` is split between the two calls; others are passed to
+    both, except a single PRNG key `rng`: `f(x1)` gets `rng` and `f(x2)`
+    gets `jax.random.fold_in(rng, 1)` unless x2 is None or equals x1.
 
   Raises:
     ValueError: for an unknown `implementation`, axes out of range, or
@@ -997,7 +1160,7 @@ def empirical_ntk_fn(
                           _static_key(apply_fn_kwargs), choices)
     else:
       fn = _IMPLEMENTATIONS[implementation]
-    kernels = fn(problem, p, d1, d2)
+    kernels = _place_example_axes(problem, fn(problem, p, d1, d2))
     return tree_util.tree_unflatten(problem.out_treedef, kernels)
 
   return ntk_fn
@@ -1009,13 +1172,13 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
 
   Args:
     f: `f(params, x, **kwargs)`; x and the output may be pytrees.
-    trace_axes: output axes averaged over.
-    diagonal_axes: output axes of which only the diagonal is kept. Axis 0
-      (the batch axis) may be in neither.
+    trace_axes: output axes averaged over (may contain the batch axis).
+    diagonal_axes: output axes of which only the diagonal is kept (may
+      contain the batch axis).
 
   Returns:
-    `nngp_fn(x1, x2, params, **kwargs)` with the layout of
-    `empirical_ntk_fn`.
+    `nngp_fn(x1, x2, params, **kwargs)` with the layout and keyword
+    arguments (`rng` included) of `empirical_ntk_fn`.
 
   Example:
     >>> nngp_fn = empirical_nngp_fn(lambda p, x: x @ p)
@@ -1027,7 +1190,7 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
 
   def nngp_fn(x1: PyTree, x2: Optional[PyTree], params: PyTree,
               **apply_fn_kwargs) -> PyTree:
-    kw1, kw2, same = _split_kwargs(apply_fn_kwargs)
+    kw1, kw2, same = _split_kwargs(apply_fn_kwargs, x1, x2)
     out1 = f(params, x1, **kw1)
     out2 = out1 if x2 is None and same else f(
         params, x1 if x2 is None else x2, **kw2)
@@ -1132,7 +1295,7 @@ def empirical_ntk_vp_fn(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
     >>> vp(jnp.ones((4, 2))).shape
     (4, 2)
   """
-  kw1, kw2, _ = _split_kwargs(apply_fn_kwargs)
+  kw1, kw2, _ = _split_kwargs(apply_fn_kwargs, x1, x2)
   x2 = x1 if x2 is None else x2
 
   def ntk_vp(cotangents: PyTree) -> PyTree:

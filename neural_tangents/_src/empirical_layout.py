@@ -7,8 +7,11 @@ output axis is either
 * diagonal: only its diagonal is kept (`diagonal_axes`), so it appears once;
 * paired: kept for both calls, so it appears twice, as `(O_1, O_2)`.
 
-The kernel of an output leaf has the example axes `(N1, N2)` first, then the
-kept axes in their order, each paired axis as two adjacent axes.
+The kernel of an output leaf has the kept axes in their order, each paired
+axis as two adjacent axes; the batch axis is one of them (the published
+layout), so it may be traced or diagonal too. Per-example implementations
+compute the example axes `(N1, N2)` first and then move them to the batch
+axis's place (`place_example_axes`).
 
 Every implementation writes its kernel as one `einsum` whose integer letters
 come from a `KernelLayout`; this module is the single place that knows the
@@ -90,28 +93,64 @@ class KernelLayout:
       The layout.
 
     Raises:
-      ValueError: if an axis is out of range or is the batch axis.
+      ValueError: if an axis is out of range.
 
     Example:
       >>> KernelLayout.build(2, 0, (-1,), (), per_example=True).kinds
       ('trace',)
     """
-    trace = normalize_axes(trace_axes, ndim, 'trace_axes')
-    diagonal = normalize_axes(diagonal_axes, ndim, 'diagonal_axes')
-    for name, axes in (('trace_axes', trace), ('diagonal_axes', diagonal)):
-      if batch_axis in axes:
-        raise ValueError(
-            f'`{name}` contains the batch axis {batch_axis} of an output with '
-            f'{ndim} axes; the batch axis cannot be traced or diagonal. Remove '
-            f'it from `{name}` (or change `vmap_axes` if the batch axis is '
-            'another one).')
-    kinds = []
-    for axis in range(ndim):
-      if axis == batch_axis and per_example:
-        continue
-      kinds.append(TRACE if axis in trace else
-                   DIAGONAL if axis in diagonal else PAIR)
-    return cls(tuple(kinds), per_example)
+    kinds = axis_kinds(ndim, trace_axes, diagonal_axes)
+    if per_example:
+      kinds = kinds[:batch_axis] + kinds[batch_axis + 1:]
+    return cls(kinds, per_example)
+
+
+def axis_kinds(ndim: int, trace_axes: Sequence[int],
+               diagonal_axes: Sequence[int]) -> tuple[str, ...]:
+  """`TRACE`, `DIAGONAL` or `PAIR` for each axis of an output with `ndim` axes.
+
+  An axis in both `trace_axes` and `diagonal_axes` is traced. The batch axis
+  is an axis like any other (the published layout).
+
+  Example:
+    >>> axis_kinds(3, (0,), (-1,))
+    ('trace', 'pair', 'diagonal')
+  """
+  trace = normalize_axes(trace_axes, ndim, 'trace_axes')
+  diagonal = normalize_axes(diagonal_axes, ndim, 'diagonal_axes')
+  return tuple(TRACE if axis in trace else DIAGONAL if axis in diagonal else
+               PAIR for axis in range(ndim))
+
+
+def place_example_axes(kernel: Array, kinds: Sequence[str],
+                       batch_axis: int) -> Array:
+  """A per-example kernel `(N1, N2, ...)` in the whole-batch output's layout.
+
+  Per-example implementations put the example axes first; in the published
+  layout they sit where the batch axis is among the output axes (each paired
+  axis as two adjacent axes). A diagonal batch axis keeps the diagonal
+  `N1 == N2` once; a traced one is averaged over, like other traced axes.
+
+  Args:
+    kernel: `(N1, N2)` followed by the layout of the other output axes.
+    kinds: the kind of every axis of the whole-batch output (batch included).
+    batch_axis: the batch axis among them.
+
+  Returns:
+    The kernel with the example axes at the batch axis's place.
+
+  Example:
+    >>> place_example_axes(jnp.ones((3, 3, 7, 7)), (PAIR, PAIR), 1).shape
+    (7, 7, 3, 3)
+  """
+  position = sum({PAIR: 2, DIAGONAL: 1, TRACE: 0}[k]
+                 for k in kinds[:batch_axis])
+  kind = kinds[batch_axis]
+  if kind == PAIR:
+    return jnp.moveaxis(kernel, (0, 1), (position, position + 1))
+  if kind == DIAGONAL:
+    return jnp.moveaxis(jnp.diagonal(kernel, axis1=0, axis2=1), -1, position)
+  return jnp.trace(kernel, axis1=0, axis2=1) / kernel.shape[0]
 
 
 class Letters:

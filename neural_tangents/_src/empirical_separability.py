@@ -41,6 +41,13 @@ _REDUCE_WINDOWS = frozenset("""
     reduce_window_sum reduce_window_max reduce_window_min reduce_window
     """.split())
 
+# Primitives whose values depend on their output's shape (positions, random
+# bits): made at the batch size from shared inputs, slice `n` of the whole
+# batch's value differs from the value made for a batch of one.
+_SHAPE_DEPENDENT = frozenset("""
+    iota random_bits rng_bit_generator rng_uniform
+    """.split())
+
 _CUSTOM_CALLS = frozenset({'custom_jvp_call', 'custom_vjp_call',
                            'custom_vjp_call_jaxpr'})
 
@@ -69,7 +76,9 @@ def batch_axes(program: prog.Program,
     >>> # batch_axes(p, [None, 0])[p.outputs[0]]  -> 0
   """
   axes: dict[prog.Var, BatchAxis] = dict(zip(program.inputs, input_axes))
-  _run(program.eqns, axes)
+  sizes = {v.shape[a] for v, a in zip(program.inputs, input_axes)
+           if a is not None}
+  _run(program.eqns, axes, sizes)
   return axes
 
 
@@ -84,19 +93,43 @@ def _axis(axes: dict[prog.Var, BatchAxis], a: prog.Atom) -> BatchAxis:
   return axes.get(a) if isinstance(a, prog.Var) else None
 
 
-def _run(eqns: Sequence[prog.Eqn], axes: dict[prog.Var, BatchAxis]) -> None:
+def _run(eqns: Sequence[prog.Eqn], axes: dict[prog.Var, BatchAxis],
+         batch_sizes: set[int]) -> None:
   for eqn in eqns:
     in_axes = [_axis(axes, a) for a in eqn.inputs]
     if all(a is None for a in in_axes):
+      if _makes_batch_sized(eqn.name, [o.shape for o in eqn.outputs],
+                            eqn.params, batch_sizes):
+        raise NotSeparable(f'{eqn.name} makes batch-sized positions or '
+                           'random bits')
       out_axes: list[BatchAxis] = [None] * len(eqn.outputs)
     else:
-      out_axes = _rule(eqn, in_axes, axes)
+      out_axes = _rule(eqn, in_axes, batch_sizes)
     for v, a in zip(eqn.outputs, out_axes):
       axes[v] = a
 
 
+def _makes_batch_sized(name: str, out_shapes: Sequence[tuple[int, ...]],
+                       params: dict, batch_sizes: set[int]) -> bool:
+  """Whether a `_SHAPE_DEPENDENT` primitive (here or in a sub-jaxpr of
+  `params`) has an output with a dimension of a batch size."""
+  if name in _SHAPE_DEPENDENT and any(d in batch_sizes for shape in out_shapes
+                                      for d in shape):
+    return True
+  for value in params.values():
+    for sub in value if isinstance(value, (tuple, list)) else (value,):
+      jaxpr = getattr(sub, 'jaxpr', sub)  # A ClosedJaxpr's jaxpr.
+      for inner in getattr(jaxpr, 'eqns', ()):
+        if _makes_batch_sized(
+            inner.primitive.name,
+            [tuple(getattr(v.aval, 'shape', ())) for v in inner.outvars],
+            inner.params, batch_sizes):
+          return True
+  return False
+
+
 def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
-          axes: dict[prog.Var, BatchAxis]) -> list[BatchAxis]:
+          batch_sizes: set[int]) -> list[BatchAxis]:
   """The batch axes of `eqn`'s outputs; raises `NotSeparable` if unknown."""
   name, p = eqn.name, eqn.params
   ins = eqn.inputs
@@ -163,7 +196,7 @@ def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
   if name == 'optimization_barrier':
     return list(in_axes)
   if name in _CUSTOM_CALLS or name in prog.INLINED_CALLS:
-    return _call_axes(eqn, in_axes)
+    return _call_axes(eqn, in_axes, batch_sizes)
   raise NotSeparable(name)
 
 
@@ -233,7 +266,8 @@ def _reduce_window_axis(eqn: prog.Eqn, batched: list[tuple[int, int]]) -> int:
   return a
 
 
-def _call_axes(eqn: prog.Eqn, in_axes: list[BatchAxis]) -> list[BatchAxis]:
+def _call_axes(eqn: prog.Eqn, in_axes: list[BatchAxis],
+               batch_sizes: set[int]) -> list[BatchAxis]:
   """Batch axes through a call's body (for custom derivatives: its primal)."""
   body = prog.sub_jaxpr(eqn.params)
   _require(body is not None and len(body[0].invars) == len(eqn.inputs))
@@ -242,5 +276,5 @@ def _call_axes(eqn: prog.Eqn, in_axes: list[BatchAxis]) -> list[BatchAxis]:
   inputs = [prog.Var(v.aval) for v in jaxpr.invars]
   outputs = prog.inline_jaxpr(jaxpr, consts, inputs, eqns)
   inner: dict[prog.Var, Any] = dict(zip(inputs, in_axes))
-  _run(eqns, inner)
+  _run(eqns, inner, batch_sizes)
   return [_axis(inner, a) for a in outputs]

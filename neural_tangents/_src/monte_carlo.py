@@ -35,7 +35,9 @@ import numpy as np
 from neural_tangents._src import batching
 from neural_tangents._src.empirical import DEFAULT_NTK_IMPLEMENTATION
 from neural_tangents._src.empirical import empirical_kernel_fn
+from neural_tangents._src.empirical import is_single_key
 from neural_tangents._src.empirical import NtkImplementation
+from neural_tangents._src.empirical import read_rng
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
 
@@ -70,10 +72,13 @@ def monte_carlo_kernel_fn(
   `random.fold_in(key, s)`, so an estimate from `n` samples uses the same
   networks whatever `n_samples` list it belongs to and whatever
   `implementation`, `batch_size` or device count computes it. If the
-  keyword arguments contain `rng` (e.g. for dropout), sample `s` gets
-  `rng=random.fold_in(rng, s)` (applied to each key of an `(rng1, rng2)`
-  pair); that key is shared by `apply_fn(x1)` and `apply_fn(x2)` and by
-  every block of a batched computation.
+  keyword arguments contain a PRNG key `rng` (e.g. for dropout), it follows
+  the published convention of `nt.empirical_kernel_fn`, decided once for
+  the whole `x1, x2` (so every block of a batched computation agrees):
+  `apply_fn(x1)` gets `rng` and `apply_fn(x2)` gets `random.fold_in(rng, 1)`,
+  unless x2 is None or equals x1, when both get `rng`; a pair
+  `(rng1, rng2)` is used as given. Sample `s` folds `s` into each of these
+  keys (`random.fold_in(key, s)`).
 
   Args:
     init_fn: `init_fn(key, input_shape) -> (output_shape, params)`.
@@ -143,7 +148,11 @@ def monte_carlo_kernel_fn(
     def sample_kernels(s: jax.Array) -> tuple[Any, ...]:
       _, params = init_fn(random.fold_in(key, s), input_shape)
       kwargs = dict(apply_fn_kwargs)
-      if rng is not None:
+      if rng is not None and is_single_key(rng):
+        # One key object for both calls: x2 is None or equals x1.
+        rng_s = random.fold_in(rng, s)
+        kwargs['rng'] = (rng_s, rng_s)
+      elif rng is not None:
         kwargs['rng'] = jax.tree_util.tree_map(
             lambda r: random.fold_in(r, s), rng)
       return tuple(empirical(x1, x2, name, params, **kwargs)
@@ -166,8 +175,13 @@ def monte_carlo_kernel_fn(
       progress=False)
 
   def partial_sum(x1, x2, get, start, stop, kwargs):
-    return summed(x1, x2, get, np.asarray(start, np.int32),
-                  np.asarray(stop, np.int32), **kwargs)
+    args = (x1, x2, get, np.asarray(start, np.int32),
+            np.asarray(stop, np.int32))
+    if not batch_size and not _has_example_pairs(sample_sum, args, kwargs):
+      # A traced or diagonal batch axis: no `(N1, N2)` blocks to assemble.
+      out = _jit_with_static(sample_sum, args, kwargs)
+      return out if store_on_device else jax.device_get(out)
+    return summed(*args, **kwargs)
 
   def progress_bar(x1, x2) -> Any:
     traced = any(isinstance(x, jax.core.Tracer)
@@ -209,6 +223,10 @@ def monte_carlo_kernel_fn(
   def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
                 **apply_fn_kwargs) -> Any:
     get = _check_get(get)
+    rng = apply_fn_kwargs.get('rng')
+    if is_single_key(rng):
+      rng1, rng2 = read_rng(rng, x1, x2)
+      apply_fn_kwargs['rng'] = rng1 if rng2 is rng1 else (rng1, rng2)
     if as_generator:
       return estimates(x1, x2, get, apply_fn_kwargs)
     bar = progress_bar(x1, x2)
@@ -221,6 +239,36 @@ def monte_carlo_kernel_fn(
         bar.close()
 
   return kernel_fn
+
+
+def _jit_with_static(fn: Callable[..., Any], args: tuple,
+                     kwargs: dict[str, Any], shapes_only: bool = False) -> Any:
+  """`fn(*args, **kwargs)` jitted (or shape-evaluated), non-arrays static."""
+  is_array = lambda v: all(isinstance(l, (jax.Array, np.ndarray, np.generic))
+                           for l in jax.tree_util.tree_leaves(v))
+  dynamic = {k: v for k, v in kwargs.items() if is_array(v)}
+  static = {k: v for k, v in kwargs.items() if k not in dynamic}
+  x1, x2, get, start, stop = args
+  call = lambda x1, x2, start, stop, dynamic: fn(x1, x2, get, start, stop,
+                                                 **dynamic, **static)
+  run = jax.eval_shape if shapes_only else jax.jit(call)
+  return (run(call, x1, x2, start, stop, dynamic) if shapes_only else
+          run(x1, x2, start, stop, dynamic))
+
+
+def _has_example_pairs(fn: Callable[..., Any], args: tuple,
+                       kwargs: dict[str, Any]) -> bool:
+  """Whether every kernel of `fn(*args, **kwargs)` starts with `(N1, N2)`.
+
+  Not so when `trace_axes` or `diagonal_axes` contain the batch axis; then
+  `nt.batch` cannot assemble blocks of examples.
+  """
+  x1, x2 = args[:2]
+  n1 = np.shape(jax.tree_util.tree_leaves(x1)[0])[0]
+  n2 = n1 if x2 is None else np.shape(jax.tree_util.tree_leaves(x2)[0])[0]
+  out = _jit_with_static(fn, args, kwargs, shapes_only=True)
+  return all(tuple(k.shape[:2]) == (n1, n2)
+             for k in jax.tree_util.tree_leaves(out))
 
 
 def _divide(tree: Any, n: int) -> Any:
