@@ -247,6 +247,25 @@ class EmpiricalTest(BatchTestCase):
                         atol=1e-5)
 
 
+  def test_symmetric_blocks_share_the_rng_key(self):
+    # With x2=None, f(x1) and f(x2) both get `rng`; a block off the diagonal
+    # sees different slices of x1, so batch passes the keys as a pair. (The
+    # dropout masks of a block are not slices of the whole batch's masks, so
+    # the blocks are compared with the calls they stand for.)
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(16), stax.Dropout(0.5),
+                                       stax.Dense(2))
+    x1, _ = _inputs(4, 3)
+    _, params = init_fn(random.PRNGKey(3), x1.shape)
+    kernel_fn = empirical.empirical_kernel_fn(apply_fn)
+    rng = random.PRNGKey(7)
+    actual = nt.batch(kernel_fn, 2)(x1, None, 'ntk', params, rng=rng)
+    for rows, cols in ((slice(0, 2), slice(2, 4)), (slice(2, 4), slice(0, 2))):
+      self.assertAllClose(
+          actual[rows, cols],
+          kernel_fn(x1[rows], x1[cols], 'ntk', params, rng=(rng, rng)),
+          rtol=1e-4, atol=1e-5)
+
+
 class MonteCarloTest(BatchTestCase):
 
   def test_batch_of_monte_carlo(self):

@@ -37,6 +37,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
+from neural_tangents._src import empirical
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils.kernel import Kernel
 
@@ -169,6 +170,12 @@ def _batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
             f'{type(x2).__name__}. Call it as `batched_kernel_fn(k, None, '
             'get)`.')
       computation_type = _KernelComputation
+    elif (getattr(kernel_fn, 'takes_rng_pairs', False) and
+          empirical.is_single_key(kwargs.get('rng'))):
+      # Blocks see slices of `x1` and `x2`, so they cannot tell whether
+      # `x2` is `x1`: the keys of the whole call are chosen here.
+      kwargs = {**kwargs,
+                'rng': empirical.read_rng(kwargs['rng'], x1_or_kernel, x2)}
     computation = computation_type(kernel_fn, block_fn, x1_or_kernel, x2,
                                    args, kwargs, batch_size, store_on_device,
                                    progress)

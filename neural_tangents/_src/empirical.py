@@ -138,6 +138,17 @@ def _split_kwargs(kwargs: dict[str, Any], x1: PyTree,
   return kw1, kw2, same
 
 
+def takes_rng_pairs(kernel_fn: Callable) -> Callable:
+  """Marks `kernel_fn` as following `read_rng`'s convention for `rng`.
+
+  `nt.batch` then chooses the keys of `f(x1)` and `f(x2)` once for the whole
+  call and passes them to every block as a pair, since a block cannot tell
+  whether its `x2` is the call's `x1`.
+  """
+  kernel_fn.takes_rng_pairs = True
+  return kernel_fn
+
+
 def is_single_key(x: Any) -> bool:
   """A legacy PRNG key (uint32[2]) or a scalar typed key array."""
   return _is_array(x) and _is_raw_key(x)
@@ -1163,7 +1174,7 @@ def empirical_ntk_fn(
     kernels = _place_example_axes(problem, fn(problem, p, d1, d2))
     return tree_util.tree_unflatten(problem.out_treedef, kernels)
 
-  return ntk_fn
+  return takes_rng_pairs(ntk_fn)
 
 
 def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
@@ -1205,7 +1216,7 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
       kernels.append(k / layout_lib.trace_size(layout, a.shape))
     return tree_util.tree_unflatten(treedef, kernels)
 
-  return nngp_fn
+  return takes_rng_pairs(nngp_fn)
 
 
 _KERNELS = ('nngp', 'ntk')
@@ -1253,7 +1264,7 @@ def empirical_kernel_fn(
       return values[0]
     return utils.get_namedtuple(tuple(names))(*values)
 
-  return kernel_fn
+  return takes_rng_pairs(kernel_fn)
 
 
 def _canonicalize_get(get: Any) -> tuple[tuple[str, ...], bool]:
