@@ -78,16 +78,7 @@ def _process_docstring(app, what, name, obj, options, lines):
   lines[:] = display_blocks_as_literals(lines)
 
 
-def _drop_missing_migrating_guide(app, docname, source):
-  """Builds checkouts that lack docs/migrating.md (written separately)."""
-  del app
-  if docname == 'index' and not os.path.exists(
-      os.path.join(_DOCS, 'migrating.md')):
-    source[0] = source[0].replace('\nmigrating\n', '\n')
-
-
 def setup(app):
-  app.connect('source-read', _drop_missing_migrating_guide)
   # Before napoleon (priority 500), on the Google-style text.
   app.connect('autodoc-process-docstring', _process_docstring, priority=400)
 

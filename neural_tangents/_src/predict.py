@@ -680,7 +680,7 @@ def gradient_descent_mse_ensemble(
     `Theta = P = NTK`, so that trained networks sample the GP posterior with
     the NTK as prior covariance. With `P = Theta = V diag(l) V^T` the cross
     terms and the last one add up to `(1 - e)^2 - 2 (1 - e) = -(1 - e^2)`,
-    `e = exp(-l s / n)`:
+    `e = exp(-l s / n)`::
 
       mean(x) = Theta(x, X) Theta^{-1} (I - exp(-Theta s / n)) y,
       cov(x, x') = Theta(x, x')
@@ -860,20 +860,20 @@ def gp_inference(
   `K` the NNGP:
 
   * `get='nngp'`: the textbook posterior with prior `K` and observation noise
-    (`Theta = K`, `K_reg` its regularized train-train kernel):
+    (`Theta = K`, `K_reg` its regularized train-train kernel)::
 
       mean = K_* K_reg^{-1} y,    cov = K_** - K_* K_reg^{-1} K_*^T.
 
   * `get='ntkgp'`: the same posterior with the NTK as prior covariance, the
     NTK-GP of He, Lakshminarayanan & Teh 2020 (the distribution of their
-    Bayesian deep ensembles):
+    Bayesian deep ensembles)::
 
       mean = Theta_* Theta_reg^{-1} y,
       cov = Theta_** - Theta_* Theta_reg^{-1} Theta_*^T.
 
   * `get='ntk'`: infinitely wide networks trained to convergence (`t = inf`
     in `gradient_descent_mse_ensemble`), whose outputs at initialization have
-    the prior `K`:
+    the prior `K`::
 
       mean = Theta_* Theta_reg^{-1} y,
       cov = K_** - Theta_* Theta_reg^{-1} K_*^T - K_* Theta_reg^{-1} Theta_*^T
