@@ -531,7 +531,8 @@ def GlobalSelfAttention(n_chan_out: int,
     def with_pos(x, use):
       if x is None or r is None or not use:
         return x
-      return w_x * x + w_p * r
+      # `r` is `(L, L)`; `x` has leading batch axes `(B..., L, L)`.
+      return w_x * x + w_p * jnp.reshape(r, (1,) * (x.ndim - 2) + r.shape)
 
     flat = lambda x, n_batch: None if x is None else _flatten_pairs(
         x, n_batch, n_spatial)

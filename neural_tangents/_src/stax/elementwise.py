@@ -444,10 +444,13 @@ def quadrature_kernel_map(fn: Callable[[Array], Array],
     z = jnp.asarray(nodes, c.dtype)
     w = jnp.asarray(weights, c.dtype)
     ex = lambda x: x[..., None, None]
-    u = ex(safe_sqrt(q1)) * z[:, None]
-    v = ex(safe_sqrt(q2)) * (ex(rho) * z[:, None] +
-                             ex(safe_sqrt(1 - rho**2)) * z[None, :])
-    return jnp.sum(w[:, None] * w[None, :] * f(u) * f(v), axis=(-2, -1))
+    # Grid axes (z1, z2) last, with explicit size-1 axes for the batch ones.
+    grid = lambda x: jnp.reshape(x, (1,) * c.ndim + x.shape)
+    u = ex(safe_sqrt(q1)) * grid(z[:, None])
+    v = ex(safe_sqrt(q2)) * (ex(rho) * grid(z[:, None]) +
+                             ex(safe_sqrt(1 - rho**2)) * grid(z[None, :]))
+    return jnp.sum(grid(w[:, None] * w[None, :]) * f(u) * f(v),
+                   axis=(-2, -1))
 
   def kernel_map(q1, q2, c, compute_dot):
     nngp = expectation(fn, q1, q2, c)
