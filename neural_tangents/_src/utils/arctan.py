@@ -58,12 +58,18 @@ def _split(value: float, dtype) -> tuple[float, float]:
   return hi, np.asarray(value - float(hi), dtype)
 
 
-def _atan_unit(t: Array) -> Array:
-  """`atan(t)` for `t` in `[0, 1]`."""
-  double = t.dtype == np.float64
+def _atan_ratio(num: Array, den: Array) -> Array:
+  """`atan(num / den)` for `0 <= num <= den` (0 where `den` is 0).
+
+  The reduced argument `(t - 1) / (t + 1)`, `t = num / den`, is taken as
+  `(num - den) / (num + den)`: one division instead of two, no less accurate.
+  """
+  double = num.dtype == np.float64
   threshold = 0.66 if double else float(np.tan(np.pi / 8))
-  reduce = t > threshold
-  t = jnp.where(reduce, (t - 1) / (t + 1), t)
+  reduce = num > threshold * den
+  top = jnp.where(reduce, num - den, num)
+  bottom = jnp.where(reduce, num + den, den)
+  t = jnp.where(bottom > 0, top / jnp.where(bottom > 0, bottom, 1), 0)
   z = t * t
   if double:
     poly = z * _horner(_ATAN_P, z) / _horner(_ATAN_Q, z)
@@ -91,8 +97,7 @@ def arctan2(y: Array, x: Array) -> Array:
   ax, ay = jnp.abs(x), jnp.abs(y)
   swap = ay > ax
   num, den = jnp.where(swap, ax, ay), jnp.where(swap, ay, ax)
-  t = jnp.where(den > 0, num / jnp.where(den > 0, den, 1), 0)
-  a = _atan_unit(t)
+  a = _atan_ratio(num, den)
   hi, lo = _split(np.pi / 2, compute)
   a = jnp.where(swap, (hi - a) + lo, a)
   a = jnp.where(jnp.signbit(x), (2 * hi - a) + 2 * lo, a)
