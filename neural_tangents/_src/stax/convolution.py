@@ -213,7 +213,8 @@ def _reduce_window_sum(x: Array, axes: Sequence[int],
 
 def window_sum(x: Array, axis: int, dim: WindowDim) -> Array:
   """`out[h] = sum_i x[h s + i]` along `axis` (after dilation and padding)."""
-  return _reduce_window_sum(x, [axis], [dim])
+  x = prepare_axis(x, axis, dim)
+  return sum(_strided(x, axis, i, dim) for i in range(dim.size))
 
 
 def diagonal_window_sum(x: Array, axes: Sequence[Sequence[int]],
