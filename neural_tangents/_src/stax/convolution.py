@@ -41,6 +41,7 @@ import jax
 from jax import lax
 from jax import random
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
@@ -188,6 +189,28 @@ def _strided(x: Array, axis: int, start: int, dim: WindowDim) -> Array:
   return lax.slice_in_dim(x, start, stop, dim.stride, axis)
 
 
+def _reduce_window_sum(x: Array, axes: Sequence[int],
+                       dims: Sequence[WindowDim]) -> Array:
+  """`out[h] = sum_i x[h s + i]` over `axes` (multi-indices `h`, `i`).
+
+  One `lax.reduce_window` sums the whole window in a single pass over `x`,
+  with zero padding and dilation applied on the fly rather than materialized
+  (only wrapped padding is), in the same row-major order of taps as a sum of
+  strided slices, so the result is bitwise that sum.
+  """
+  window, strides = [1] * x.ndim, [1] * x.ndim
+  pads, dilation = [(0, 0)] * x.ndim, [1] * x.ndim
+  for axis, dim in zip(axes, dims):
+    axis %= x.ndim
+    if dim.wrap or min(dim.pads) < 0:
+      x = prepare_axis(x, axis, dim)
+    else:
+      pads[axis], dilation[axis] = dim.pads, dim.dilation
+    window[axis], strides[axis] = dim.size, dim.stride
+  return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides,
+                           pads, base_dilation=dilation)
+
+
 def window_sum(x: Array, axis: int, dim: WindowDim) -> Array:
   """`out[h] = sum_i x[h s + i]` along `axis` (after dilation and padding)."""
   x = prepare_axis(x, axis, dim)
@@ -212,6 +235,9 @@ def diagonal_window_sum(x: Array, axes: Sequence[Sequence[int]],
   Returns:
     The window sums, of size `dim.out_size` on each axis of `axes`.
   """
+  if all(len(dim_axes) == 1 for dim_axes in axes):
+    # A spatially diagonal `x`: an ordinary window sum.
+    return _reduce_window_sum(x, [a for a, in axes], dims)
   for dim_axes, dim in zip(axes, dims):
     for axis in dim_axes:
       x = prepare_axis(x, axis, dim)
@@ -423,7 +449,9 @@ def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
     nngp = nngp + b_std**2
   ntk = None
   if k.ntk is not None:
-    ntk = W_std**2 * spatial_map(k.ntk, 2)
+    # The NTK of raw inputs is zero (`inputs_to_kernel`): mapping it would
+    # only have XLA constant-fold a large window sum while compiling.
+    ntk = 0. if k.is_input else W_std**2 * spatial_map(k.ntk, 2)
     if parameterization == 'ntk':
       ntk = ntk + nngp
     else:

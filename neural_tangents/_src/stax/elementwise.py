@@ -40,6 +40,7 @@ from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils.arctan import arctan2
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -93,9 +94,10 @@ def arccos_angle(rho: Array) -> tuple[Array, Array]:
   `arccos` has an infinite derivative at `rho = +-1` (equal or opposite
   inputs); computing the angle as `atan2(sqrt(1 - rho^2), rho)` with a square
   root floored at machine precision keeps values and gradients finite.
+  (`arctan2` is a vectorizable `jnp.arctan2`, see `utils.arctan`.)
   """
   sin = jnp.sqrt(jnp.maximum(1 - rho**2, _eps(rho)**2))
-  return jnp.arctan2(sin, rho), sin
+  return arctan2(sin, rho), sin
 
 
 def _horner(coef: Sequence[float], x: Array) -> Array:
@@ -175,7 +177,7 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
     det = 1 + 2 * b**2 * (q1 + q2) + 4 * b**4 * (q1 * q2 - c**2)
     # `q1 q2 - c^2 >= 0` up to rounding, which `1 + ...` absorbs.
     root = jnp.sqrt(jnp.maximum(det, 1))
-    nngp = a**2 * 2 / np.pi * jnp.arctan2(2 * b**2 * c, root) + c_shift**2
+    nngp = a**2 * 2 / np.pi * arctan2(2 * b**2 * c, root) + c_shift**2
     dot = a**2 * 4 * b**2 / (np.pi * root) if compute_dot else None
     return nngp, dot
   return kernel_map
@@ -195,7 +197,7 @@ def gelu_kernel_map(q1, q2, c, compute_dot):
   s1, s2 = 1 + q1, 1 + q2
   det = jnp.maximum(1 + q1 + q2 + (q1 * q2 - c**2), 1)
   root = jnp.sqrt(det)
-  cdf_kernel = 0.25 + jnp.arctan2(c, root) / (2 * np.pi)
+  cdf_kernel = 0.25 + arctan2(c, root) / (2 * np.pi)
   pdf_kernel = 1 / (2 * np.pi * root)
   nngp = c * cdf_kernel + pdf_kernel * (
       q1 * q2 + c**2 * (1 - q1 * q2) / (s1 * s2))

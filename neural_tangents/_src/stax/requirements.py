@@ -254,6 +254,11 @@ def _interleave(x: jax.Array, n_batch: int, n_spatial: int) -> jax.Array:
   return jnp.transpose(x, order)
 
 
+# Up to this many channels, `covariance` of spatially diagonal kernels sums
+# outer products directly instead of calling a matmul.
+_MAX_UNROLLED_CHANNELS = 8
+
+
 def covariance(x1: jax.Array, x2: jax.Array, batch_pair: bool,
                diagonal_spatial: bool) -> jax.Array:
   """Channel-averaged covariance of activations in `(N, S..., C)` layout.
@@ -273,6 +278,15 @@ def covariance(x1: jax.Array, x2: jax.Array, batch_pair: bool,
   hi = lax.Precision.HIGHEST
   c = x1.shape[-1]
   if diagonal_spatial:
+    if batch_pair and c <= _MAX_UNROLLED_CHANNELS:
+      # A few channels (e.g. RGB images): an unrolled sum of outer products
+      # is written once in the `Kernel` layout, where a batched matmul with
+      # the spatial axes as batch would run a tiny contraction per position
+      # and then transpose the whole `(N1, N2, S...)` result.
+      out = x1[:, None, ..., 0] * x2[None, :, ..., 0]
+      for i in range(1, c):
+        out = out + x1[:, None, ..., i] * x2[None, :, ..., i]
+      return out / c
     spec = 'n...c,m...c->nm...' if batch_pair else 'n...c,n...c->n...'
     return jnp.einsum(spec, x1, x2, precision=hi) / c
   if batch_pair:
