@@ -21,7 +21,6 @@ from neural_tangents import stax
 from neural_tangents._src import empirical
 import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 _IMPLEMENTATIONS = tuple(nt.NtkImplementation)
 _TOL = 1e-10

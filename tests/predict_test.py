@@ -24,7 +24,6 @@ try:
 except ImportError:
   import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 _W_STD = 1.5
 _B_STD = 0.1

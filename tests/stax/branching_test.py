@@ -8,7 +8,6 @@ import numpy as np
 from neural_tangents import stax
 import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 _MC_TOL = 0.05
 

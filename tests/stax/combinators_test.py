@@ -13,7 +13,6 @@ from neural_tangents import stax
 from neural_tangents._src.stax import combinators
 import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 _GETS = ('nngp', 'ntk', 'cov1', 'cov2')
 

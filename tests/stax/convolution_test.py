@@ -23,7 +23,6 @@ from neural_tangents._src.stax.requirements import inputs_to_kernel
 from neural_tangents._src.utils import kernel as kernel_lib
 import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 MC_TOL = 0.05  # Max error relative to the kernel's largest entry.
 WIDTH = 512  # Hidden channels of the finite networks.

@@ -9,7 +9,6 @@ from neural_tangents import stax
 import test_utils
 import upstream_reference
 
-jax.config.update('jax_enable_x64', True)
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 

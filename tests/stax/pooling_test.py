@@ -20,7 +20,6 @@ from tests.stax.convolution_test import maybe_masked_inputs
 from tests.stax.convolution_test import WIDTH
 import test_utils
 
-jax.config.update('jax_enable_x64', True)
 
 _1D = ((2, 7, 3), (1, 7, 3))
 _2D = ((2, 5, 4, 2), (1, 5, 4, 2))
