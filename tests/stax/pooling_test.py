@@ -6,7 +6,6 @@ Monte Carlo estimates (helpers shared with `convolution_test`).
 """
 from absl.testing import absltest
 from absl.testing import parameterized
-import jax
 import jax.numpy as jnp
 import numpy as np
 
