@@ -680,16 +680,21 @@ class OneFeatureExpGaussianTest(test_utils.NeuralTangentsTestCase):
   kernels meet float64 ones to about 1e-7.
   """
 
-  @parameterized.named_parameters(*_EXP_GAUSSIAN_CASES)
-  def test_nngp_matches_wide_readout_monte_carlo(self, name, a, b):
+  def _monte_carlo_error(self, network, kernel_network):
+    """Relative error of `kernel_network`'s NNGP against `network`'s (float32)."""
     with jax.enable_x64(False):
-      init_fn, apply_fn, kernel_fn = _one_feature_network(name, a, b)
+      init_fn, apply_fn, _ = network
       x = _one_feature_inputs()
       nngp, _ = test_utils.monte_carlo_kernels(
           init_fn, apply_fn, x, x, 128, jax.random.PRNGKey(3),
           compute_ntk=False, batch_size=32)
-      error = test_utils.relative_error(nngp, kernel_fn(x, None, 'nngp'))
-    self.assertLess(error, 0.04)
+      return test_utils.relative_error(nngp,
+                                       kernel_network[2](x, None, 'nngp'))
+
+  @parameterized.named_parameters(*_EXP_GAUSSIAN_CASES)
+  def test_nngp_matches_wide_readout_monte_carlo(self, name, a, b):
+    network = _one_feature_network(name, a, b)
+    self.assertLess(self._monte_carlo_error(network, network), 0.04)
 
   @parameterized.named_parameters(*_EXP_GAUSSIAN_CASES)
   def test_float32_kernels_match_float64(self, name, a, b):
@@ -701,16 +706,10 @@ class OneFeatureExpGaussianTest(test_utils.NeuralTangentsTestCase):
     self.assertLess(test_utils.relative_error(k32.ntk, k64.ntk), 1e-5)
 
   def test_monte_carlo_rejects_a_kernel_six_percent_off(self):
-    with jax.enable_x64(False):
-      init_fn, apply_fn, _ = _one_feature_network('Exp', 0.25, -0.5)
-      # Scaling `a` by sqrt(1.06) scales the NNGP by 1.06.
-      _, _, wrong_kernel_fn = _one_feature_network('Exp', 0.25 * 1.06**0.5,
-                                                   -0.5)
-      x = _one_feature_inputs()
-      nngp, _ = test_utils.monte_carlo_kernels(
-          init_fn, apply_fn, x, x, 128, jax.random.PRNGKey(3),
-          compute_ntk=False, batch_size=32)
-      error = test_utils.relative_error(nngp, wrong_kernel_fn(x, None, 'nngp'))
+    # Scaling `a` by sqrt(1.06) scales the NNGP by 1.06.
+    error = self._monte_carlo_error(
+        _one_feature_network('Exp', 0.25, -0.5),
+        _one_feature_network('Exp', 0.25 * 1.06**0.5, -0.5))
     self.assertGreater(error, 0.04)
 
 
