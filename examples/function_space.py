@@ -28,10 +28,6 @@ _WIDTH = flags.DEFINE_integer('width', 1024, 'Hidden layer width.')
 _STEPS = flags.DEFINE_integer('steps', 200, 'Gradient descent steps.')
 
 
-def mse(outputs: jax.Array, targets: jax.Array) -> jax.Array:
-  return 0.5 * jnp.mean((outputs - targets)**2)
-
-
 def run(dataset: str, train_size: int, test_size: int, width: int,
         steps: int) -> dict[str, float]:
   """Prints and returns losses, accuracies and the output difference."""
@@ -56,8 +52,8 @@ def run(dataset: str, train_size: int, test_size: int, width: int,
 
   @jax.jit
   def step(p):
-    grads = jax.grad(lambda q: mse(apply_fn(q, data.x_train),
-                                   data.y_train))(p)
+    grads = jax.grad(lambda q: datasets.mse(apply_fn(q, data.x_train),
+                                            data.y_train))(p)
     return jax.tree_util.tree_map(lambda w, g: w - learning_rate * g, p, grads)
 
   for _ in range(steps):
@@ -69,8 +65,8 @@ def run(dataset: str, train_size: int, test_size: int, width: int,
   print(f'{"":>10} {"train loss":>10} {"test loss":>10} {"test acc":>8}')
   for name, train, test in (('network', net_train, net_test),
                             ('predict', pred_train, pred_test)):
-    print(f'{name:>10} {float(mse(train, data.y_train)):10.6f} '
-          f'{float(mse(test, data.y_test)):10.6f} '
+    print(f'{name:>10} {float(datasets.mse(train, data.y_train)):10.6f} '
+          f'{float(datasets.mse(test, data.y_test)):10.6f} '
           f'{datasets.accuracy(test, data.y_test):8.4f}')
   result = {
       'test_accuracy_network': datasets.accuracy(net_test, data.y_test),

@@ -31,10 +31,6 @@ _PRINT_EVERY = flags.DEFINE_integer('print_every', 50,
                                     'Print the losses every this many steps.')
 
 
-def mse(outputs: jax.Array, targets: jax.Array) -> jax.Array:
-  return 0.5 * jnp.mean((outputs - targets)**2)
-
-
 def run(dataset: str, train_size: int, test_size: int, width: int,
         steps: int, learning_rate: float, print_every: int) -> dict[str, float]:
   """Prints the losses over training; returns the final ones and accuracies."""
@@ -47,7 +43,7 @@ def run(dataset: str, train_size: int, test_size: int, width: int,
   apply_lin = nt.linearize(apply_fn, params)
 
   def step_fn(apply):
-    loss_fn = lambda p: mse(apply(p, data.x_train), data.y_train)
+    loss_fn = lambda p: datasets.mse(apply(p, data.x_train), data.y_train)
 
     @jax.jit
     def step(p):
@@ -73,8 +69,8 @@ def run(dataset: str, train_size: int, test_size: int, width: int,
   result = {
       'train_loss_network': float(loss_net),
       'train_loss_linearized': float(loss_lin),
-      'test_loss_network': float(mse(out_net, data.y_test)),
-      'test_loss_linearized': float(mse(out_lin, data.y_test)),
+      'test_loss_network': float(datasets.mse(out_net, data.y_test)),
+      'test_loss_linearized': float(datasets.mse(out_lin, data.y_test)),
       'test_accuracy_network': datasets.accuracy(out_net, data.y_test),
       'test_accuracy_linearized': datasets.accuracy(out_lin, data.y_test),
       'max_test_output_difference': float(jnp.max(jnp.abs(out_net -

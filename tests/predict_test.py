@@ -756,15 +756,19 @@ def _relative_reg(k, diag_reg):
   return k + diag_reg * jnp.trace(k) / n * jnp.eye(n)
 
 
+def _train_test_kernels(x_train, x_test):
+  """Train-train, test-train and test-test kernels of `_relu_kernels`."""
+  return (_relu_kernels(x_train, x_train), _relu_kernels(x_test, x_train),
+          _relu_kernels(x_test, x_test))
+
+
 class DiagRegTest(test_utils.NeuralTangentsTestCase):
 
   def test_only_the_inverted_kernel_is_regularized(self):
     """'ntk' covariances use the NNGP as is; 'nngp' the regularized NNGP."""
     x_train, y_train, x_test = _data(jax.random.PRNGKey(30), out_dim=2)
     diag_reg = 0.05
-    k, k_s, k_ss = (_relu_kernels(x_train, x_train),
-                    _relu_kernels(x_test, x_train),
-                    _relu_kernels(x_test, x_test))
+    k, k_s, k_ss = _train_test_kernels(x_train, x_test)
     theta_reg = _relative_reg(k.ntk, diag_reg)
     k_reg = _relative_reg(k.nngp, diag_reg)
     predict_fn = predict.gradient_descent_mse_ensemble(
@@ -827,9 +831,7 @@ class NtkGpTest(test_utils.NeuralTangentsTestCase):
     """`cov = Theta** - Theta* Theta^-1 (I - exp(-2 Theta tau)) Theta*^T`."""
     x_train, y_train, x_test = _data(jax.random.PRNGKey(32), out_dim=2)
     diag_reg = 0.02
-    k, k_s, k_ss = (_relu_kernels(x_train, x_train),
-                    _relu_kernels(x_test, x_train),
-                    _relu_kernels(x_test, x_test))
+    k, k_s, k_ss = _train_test_kernels(x_train, x_test)
     theta_reg = _relative_reg(k.ntk, diag_reg)
     predict_fn = predict.gradient_descent_mse_ensemble(
         _relu_kernel_fn, x_train, y_train, diag_reg=diag_reg)
