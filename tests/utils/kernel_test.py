@@ -8,9 +8,9 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import requirements
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import dataclasses
 from neural_tangents._src.utils import kernel as kernel_lib
-from neural_tangents._src.utils import utils
 import test_utils
 
 
@@ -209,10 +209,10 @@ class KernelMethodsTest(test_utils.NeuralTangentsTestCase):
 class UtilsTest(test_utils.NeuralTangentsTestCase):
 
   def test_canonicalize_axis_error_names_argument(self):
-    self.assertEqual(utils.canonicalize_axis(-1, 3), 2)
+    self.assertEqual(arguments.canonicalize_axis(-1, 3), 2)
     with self.assertRaisesRegex(ValueError, '`trace_axes`=3 is out of range'):
-      utils.canonicalize_axis(3, 3, 'trace_axes')
-    self.assertEqual(utils.canonicalize_axes((-1, 0, 2), 3), (0, 2))
+      arguments.canonicalize_axis(3, 3, 'trace_axes')
+    self.assertEqual(arguments.canonicalize_axes((-1, 0, 2), 3), (0, 2))
 
 
 if __name__ == '__main__':

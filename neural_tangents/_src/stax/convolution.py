@@ -49,9 +49,9 @@ from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
-from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
@@ -553,9 +553,9 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
           f'got {strides!r}.')
     strides = ()
   else:
-    filter_shape = utils.positive_ints(filter_shape, 'filter_shape', name)
+    filter_shape = arguments.positive_ints(filter_shape, 'filter_shape', name)
     strides = ((1,) * len(filter_shape) if strides is None else
-               utils.positive_ints(strides, 'strides', name, len(filter_shape),
+               arguments.positive_ints(strides, 'strides', name, len(filter_shape),
                                    'spatial dimension of the filter/window'))
   return _ConvSpec(
       name=name,

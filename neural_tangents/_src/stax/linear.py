@@ -20,7 +20,7 @@ from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
-from neural_tangents._src.utils.utils import canonicalize_axis
+from neural_tangents._src.utils.arguments import canonicalize_axis
 
 # Convolutions and pooling live in their own modules; re-exported here so
 # that they can be imported next to `Dense`.

@@ -27,14 +27,14 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src.stax.convolution import conv_window
+from neural_tangents._src.stax import masking
 from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.convolution import WindowDim
+from neural_tangents._src.stax.convolution import conv_window
 from neural_tangents._src.stax.convolution import padding_of
 from neural_tangents._src.stax.convolution import prepare_axis
-from neural_tangents._src.stax.convolution import window_sum
 from neural_tangents._src.stax.convolution import window_output_mask
-from neural_tangents._src.stax.convolution import WindowDim
-from neural_tangents._src.stax import masking
+from neural_tangents._src.stax.convolution import window_sum
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
@@ -42,9 +42,9 @@ from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
-from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
@@ -155,11 +155,11 @@ def _pool(layer_name: str, window_shape, strides, padding,
           normalize_edges: bool, batch_axis: int, channel_axis: int,
           average: bool) -> Layer:
   """A sliding-window pooling layer (see the module docstring)."""
-  window_shape = utils.positive_ints(window_shape, 'window_shape',
+  window_shape = arguments.positive_ints(window_shape, 'window_shape',
                                      layer_name, example='(2, 2)')
   n = len(window_shape)
   strides = ((1,) * n if strides is None else
-             utils.positive_ints(strides, 'strides', layer_name, n,
+             arguments.positive_ints(strides, 'strides', layer_name, n,
                                  'entry of `window_shape`', '(2, 2)'))
   padding = padding_of(padding)
 

@@ -1,0 +1,133 @@
+"""Checks of user arguments: each returns the canonical value or raises an
+error that names the argument, the value and the fix."""
+import enum
+from typing import Any, Optional, Sequence, TypeVar, Union
+
+EnumT = TypeVar('EnumT', bound=enum.Enum)
+
+
+def parse_get(get: Any, allowed: Sequence[str]
+              ) -> tuple[Optional[tuple[str, ...]], bool]:
+  """`get` as `(names, single)`: the requested names and whether one was
+  asked for as a bare string (so one value, not a namedtuple, is returned).
+
+  `None` gives `(None, False)`: every name the caller computes.
+
+  Args:
+    get: `None`, a name, or a non-empty tuple/list of distinct names.
+    allowed: the names this function can return.
+
+  Returns:
+    `(names or None, single)`.
+
+  Example:
+    >>> parse_get('ntk', ('nngp', 'ntk'))
+    (('ntk',), True)
+    >>> parse_get(['nngp', 'ntk'], ('nngp', 'ntk'))
+    (('nngp', 'ntk'), False)
+  """
+  if get is None:
+    return None, False
+  single = isinstance(get, str)
+  names = (get,) if single else get
+  fix = (f'Pass one of {tuple(allowed)}, a tuple of them, e.g. '
+         f'get={tuple(allowed)[:2]!r}, or None for all.')
+  if not isinstance(names, (tuple, list)) or not names:
+    raise ValueError(f'`get` must be a name or a tuple of names; got '
+                     f'{get!r}. {fix}')
+  for name in names:
+    if not isinstance(name, str) or name not in allowed:
+      raise ValueError(f'`get={get!r}` asks for {name!r}, which is not '
+                       f'available here. {fix}')
+  if len(set(names)) != len(names):
+    raise ValueError(f'`get={get!r}` names a kernel twice. Pass each name '
+                     'once.')
+  return tuple(names), single
+
+
+def parse_enum(value: Union[str, EnumT], cls: type[EnumT], name: str) -> EnumT:
+  """`value` as a member of `cls`: a member, its name or its value (any case).
+
+  Example:
+    >>> import enum
+    >>> class Color(enum.Enum):
+    ...   RED = 'RED'
+    >>> parse_enum('red', Color, 'color')
+    <Color.RED: 'RED'>
+  """
+  if isinstance(value, cls):
+    return value
+  if isinstance(value, str):
+    for member in cls:
+      if value.upper() in (member.name.upper(), str(member.value).upper()):
+        return member
+  elif not isinstance(value, bool):
+    try:
+      return cls(value)
+    except (ValueError, TypeError):
+      pass
+  raise ValueError(
+      f'`{name}` must be one of {[m.name for m in cls]} (a string in any case '
+      f'or a `{cls.__name__}` member); got {value!r}. Pass e.g. '
+      f'{name}={next(iter(cls)).name!r}.')
+
+
+def canonicalize_axis(axis: int, ndim: int, name: str = 'axis') -> int:
+  """`axis` in `[0, ndim)`, or a `ValueError` naming the argument.
+
+  Example:
+    >>> canonicalize_axis(-1, 3)
+    2
+  """
+  if not -ndim <= axis < ndim:
+    raise ValueError(f'`{name}`={axis} is out of range for arrays of rank '
+                     f'{ndim}. Pass an axis in [{-ndim}, {ndim}).')
+  return axis % ndim
+
+
+def canonicalize_axes(axes: Union[int, Sequence[int]], ndim: int,
+                      name: str = 'axes') -> tuple[int, ...]:
+  """Sorted, unique, non-negative `axes`; each checked by `canonicalize_axis`."""
+  if isinstance(axes, int):
+    axes = (axes,)
+  return tuple(sorted({canonicalize_axis(a, ndim, name) for a in axes}))
+
+
+
+def positive_ints(value: Any, name: str, layer_name: str,
+                  length: Optional[int] = None,
+                  length_of: str = 'spatial dimension',
+                  example: str = '(3, 3)') -> tuple[int, ...]:
+  """`value` as a non-empty tuple of positive ints, else a `ValueError`.
+
+  Args:
+    value: the argument (e.g. a filter shape or strides).
+    name: the argument's name, for the message.
+    layer_name: the layer's name, for the message.
+    length: the required length, if any.
+    length_of: what each entry corresponds to, for the message.
+    example: a valid value, for the message.
+
+  Returns:
+    The tuple of ints.
+
+  Example:
+    >>> positive_ints([2, 2], 'strides', 'Conv')
+    (2, 2)
+  """
+  try:
+    values = tuple(value)
+  except TypeError:
+    values = None
+  if (values is None or not values or
+      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
+          for v in values)):
+    raise ValueError(
+        f'`{name}` of `{layer_name}` must be a non-empty tuple of positive '
+        f'ints; got {value!r}. Pass e.g. {name}={example} for images.')
+  if length is not None and len(values) != length:
+    raise ValueError(
+        f'`{name}` of `{layer_name}` must have one entry per {length_of} '
+        f'({length}); got {value!r} of length {len(values)}. Pass {length} '
+        'values, or None for all 1s.')
+  return values
