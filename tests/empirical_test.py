@@ -19,6 +19,7 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src import empirical
+from neural_tangents._src.empirical import api as empirical_api
 import test_utils
 
 
@@ -678,12 +679,12 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
     # As `AUTO` calls it: separability comes from planning the candidates.
     params = mlp_params()
     x1 = _normal(1, (4, 3))
-    setup = functools.partial(empirical._setup, f, x1, x2, params, {}, (-1,),
+    setup = functools.partial(empirical_api._setup, f, x1, x2, params, {}, (-1,),
                               ())
     problem, p, d1, d2 = setup(vmap_axes)
-    separable = empirical._SEPARABLE in empirical._candidates(problem, p, d1,
+    separable = empirical_api._SEPARABLE in empirical_api._candidates(problem, p, d1,
                                                               d2)
-    return empirical._other_formulation(setup, vmap_axes, p, d1, d2,
+    return empirical_api._other_formulation(setup, vmap_axes, p, d1, d2,
                                         separable=separable)
 
   def test_per_example_formulation_without_vmap_axes(self):

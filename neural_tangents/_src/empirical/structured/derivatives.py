@@ -51,11 +51,11 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src import empirical_layout as layout_lib
-from neural_tangents._src import empirical_program as prog
-from neural_tangents._src import structured_factors as sf
-from neural_tangents._src.structured_factors import Factor
-from neural_tangents._src.structured_factors import Letter
+from neural_tangents._src.empirical import layout as layout_lib
+from neural_tangents._src.empirical.structured import program as prog
+from neural_tangents._src.empirical.structured import factors as sf
+from neural_tangents._src.empirical.structured.factors import Factor
+from neural_tangents._src.empirical.structured.factors import Letter
 from neural_tangents._src.utils.typing import Array
 
 

@@ -49,10 +49,10 @@ from jax import tree_util
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src import empirical_layout as layout_lib
-from neural_tangents._src import empirical_program as prog
-from neural_tangents._src import empirical_separability as sep
-from neural_tangents._src import structured_derivatives as sd
+from neural_tangents._src.empirical import layout as layout_lib
+from neural_tangents._src.empirical.structured import program as prog
+from neural_tangents._src.empirical.structured import separability as sep
+from neural_tangents._src.empirical.structured import derivatives as sd
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Array, Axes, PyTree
 

@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src import empirical_program as prog
-from neural_tangents._src import empirical_separability as sep
+from neural_tangents._src.empirical.structured import program as prog
+from neural_tangents._src.empirical.structured import separability as sep
 from neural_tangents._src.utils.typing import Array
 
 Letter = Optional[int]  # `None` marks a dimension of size 1.

@@ -16,7 +16,7 @@ program, so Python-level shape logic in `f` cannot fool it.
 import math
 from typing import Any, Optional, Sequence
 
-from neural_tangents._src import empirical_program as prog
+from neural_tangents._src.empirical.structured import program as prog
 
 BatchAxis = Optional[int]
 

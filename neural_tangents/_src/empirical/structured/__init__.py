@@ -1,0 +1,1 @@
+"""STRUCTURED_DERIVATIVES: NTKs from the structure of each primitive's derivative."""
