@@ -50,9 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.empirical import layout as layout_lib
-from neural_tangents._src.empirical.structured import program as prog
-from neural_tangents._src.empirical.structured import separability as sep
-from neural_tangents._src.empirical.structured import derivatives as sd
+from neural_tangents._src.empirical import structured
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Array, Axes, PyTree
 
@@ -724,11 +722,11 @@ def _map_examples(fn: Callable[[list], Any], data: list,
 
 
 def _structured(problem: _Problem, params: list, data1: list, data2: list,
-                mode: Optional[sd.Mode] = None) -> list[Array]:
+                mode: Optional[structured.Mode] = None) -> list[Array]:
   """Structured derivatives; falls back to Jacobians where unsupported."""
   try:
     plan, mode = _structured_plan(problem, params, data1, data2, mode)
-  except sd.Unsupported:
+  except structured.Unsupported:
     return _jacobian_contraction(problem, params, data1, data2)
   return _structured_kernels(problem, plan, mode, params, data1, data2)
 
@@ -747,27 +745,27 @@ def _example_avals(data: list, axes: Optional[Sequence[Optional[int]]]
 
 
 def _structured_plan(problem: _Problem, params: list, data1: list,
-                     data2: list, mode: Optional[sd.Mode]
-                     ) -> tuple[sd.Plan, sd.Mode]:
+                     data2: list, mode: Optional[structured.Mode]
+                     ) -> tuple[structured.Plan, structured.Mode]:
   """Traces both sides' programs and plans structured derivatives."""
   if mode is None:
-    mode = sd.Mode.EXAMPLE if problem.per_example else sd.Mode.WHOLE
-  per_example = mode == sd.Mode.EXAMPLE
+    mode = structured.Mode.EXAMPLE if problem.per_example else structured.Mode.WHOLE
+  per_example = mode == structured.Mode.EXAMPLE
   p_avals = [_abstract(p) for p in params]
   programs, avals = [], []
   for side, data in zip(problem.sides, (data1, data2)):
     a = _example_avals(data, side.data_axes if per_example else None)
     same = avals and problem.same_calls and _same_avals(a, avals[0])
     programs.append(programs[0] if same or (problem.symmetric and programs)
-                    else prog.trace_program(side.call(per_example), p_avals, a))
+                    else structured.trace_program(side.call(per_example), p_avals, a))
     avals.append(a)
   batch_axes = (None, None)
-  if mode == sd.Mode.SEPARABLE:
+  if mode == structured.Mode.SEPARABLE:
     if min(side.n for side in problem.sides) < 2:
-      raise sd.Unsupported('a batch of one example')
+      raise structured.Unsupported('a batch of one example')
     batch_axes = tuple(_separable_axes(p, len(params), side.n_x)
                        for p, side in zip(programs, problem.sides))
-  plan = sd.make_plan(tuple(programs), len(params), mode, batch_axes)
+  plan = structured.make_plan(tuple(programs), len(params), mode, batch_axes)
   return plan, mode
 
 
@@ -777,7 +775,7 @@ def _same_avals(a: Sequence[Any], b: Sequence[Any]) -> bool:
       for x, y in zip(a, b))
 
 
-def _separable_axes(program: prog.Program, n_params: int, n_x: int) -> dict:
+def _separable_axes(program: structured.Program, n_params: int, n_x: int) -> dict:
   """Batch axes proving x's examples do not interact, else Unsupported."""
   # Params and keyword arguments are shared; x leaves are batched at 0.
   n_other = len(program.inputs) - n_params - n_x
@@ -785,20 +783,20 @@ def _separable_axes(program: prog.Program, n_params: int, n_x: int) -> dict:
   return _batch_axes_or_unsupported(program, input_axes)
 
 
-def _batch_axes_or_unsupported(program: prog.Program,
+def _batch_axes_or_unsupported(program: structured.Program,
                                input_axes: list) -> dict:
   try:
-    axes = sep.batch_axes(program, input_axes)
-  except sep.NotSeparable as e:
-    raise sd.Unsupported(f'batch items may interact ({e})') from e
-  if not sep.outputs_batched_at(program, axes, 0):
-    raise sd.Unsupported('an output is not batched along axis 0')
+    axes = structured.batch_axes(program, input_axes)
+  except structured.NotSeparable as e:
+    raise structured.Unsupported(f'batch items may interact ({e})') from e
+  if not structured.outputs_batched_at(program, axes, 0):
+    raise structured.Unsupported('an output is not batched along axis 0')
   return axes
 
 
-def _structured_kernels(problem: _Problem, plan: sd.Plan, mode: sd.Mode,
+def _structured_kernels(problem: _Problem, plan: structured.Plan, mode: structured.Mode,
                         params: list, data1: list, data2: list) -> list[Array]:
-  per_example = mode == sd.Mode.EXAMPLE
+  per_example = mode == structured.Mode.EXAMPLE
   # The two sides are independent computations, which XLA runs concurrently
   # (one pass over both sides' examples at once would serialize them).
   values = []
@@ -807,29 +805,29 @@ def _structured_kernels(problem: _Problem, plan: sd.Plan, mode: sd.Mode,
       values.append(values[0])
       continue
     row_ndims = [len(s) for s in side.out_shapes]
-    if mode == sd.Mode.SEPARABLE:
+    if mode == structured.Mode.SEPARABLE:
       row_ndims = [n - 1 for n in row_ndims]
     fn = functools.partial(_side_values, plan, i, row_ndims)
     values.append(side.over_examples(fn, per_example,
-                                     sd.value_axes(plan, i))(params, data))
+                                     structured.value_axes(plan, i))(params, data))
   out_shapes = problem.sides[0].out_shapes
   layouts = problem.layouts
-  if mode == sd.Mode.SEPARABLE:
+  if mode == structured.Mode.SEPARABLE:
     # Axis 0 (paired, first) is the batch axis: it becomes the example axes.
     out_shapes = [s[1:] for s in out_shapes]
     layouts = [layout_lib.KernelLayout(l.kinds[1:], True) for l in layouts]
-  return sd.contract(plan, tuple(values), layouts, out_shapes,
+  return structured.contract(plan, tuple(values), layouts, out_shapes,
                      problem.result_shapes)
 
 
-def _planned_structured(plan: sd.Plan, mode: sd.Mode, problem: _Problem,
+def _planned_structured(plan: structured.Plan, mode: structured.Mode, problem: _Problem,
                         params: list, data1: list, data2: list) -> list[Array]:
   return _structured_kernels(problem, plan, mode, params, data1, data2)
 
 
-def _side_values(plan: sd.Plan, side: int, row_ndims: list, params: list,
+def _side_values(plan: structured.Plan, side: int, row_ndims: list, params: list,
                  data: list) -> dict:
-  return sd.side_values(plan, side, list(params) + list(data), row_ndims)
+  return structured.side_values(plan, side, list(params) + list(data), row_ndims)
 
 
 _IMPLEMENTATIONS = {
@@ -853,12 +851,12 @@ _STRUCTURED_SPEEDUP = 2.
 _EXAMPLE_SPEEDUP = 1.1
 
 
-def _structured_name(mode: sd.Mode) -> str:
+def _structured_name(mode: structured.Mode) -> str:
   return f'structured_{mode.value}'
 
 
-_SEPARABLE = _structured_name(sd.Mode.SEPARABLE)
-_EXAMPLE = _structured_name(sd.Mode.EXAMPLE)
+_SEPARABLE = _structured_name(structured.Mode.SEPARABLE)
+_EXAMPLE = _structured_name(structured.Mode.EXAMPLE)
 
 
 def _candidates(problem: _Problem, params: list, data1: list,
@@ -868,15 +866,15 @@ def _candidates(problem: _Problem, params: list, data1: list,
       'jacobian_contraction': _jacobian_contraction,
       'ntk_vector_products': _vector_products,
   }
-  modes = [sd.Mode.EXAMPLE] if problem.per_example else [sd.Mode.WHOLE,
-                                                         sd.Mode.SEPARABLE]
+  modes = [structured.Mode.EXAMPLE] if problem.per_example else [structured.Mode.WHOLE,
+                                                         structured.Mode.SEPARABLE]
   if any(l.kinds[0] != layout_lib.PAIR for l in problem.layouts):
     # SEPARABLE makes axis 0, the batch axis, the (paired) example axes.
-    modes = [m for m in modes if m != sd.Mode.SEPARABLE]
+    modes = [m for m in modes if m != structured.Mode.SEPARABLE]
   for mode in modes:
     try:
       plan, _ = _structured_plan(problem, params, data1, data2, mode)
-    except sd.Unsupported:
+    except structured.Unsupported:
       continue
     candidates[_structured_name(mode)] = functools.partial(
         _planned_structured, plan, mode)
