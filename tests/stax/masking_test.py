@@ -7,6 +7,7 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax import masking
+from neural_tangents._src.stax import requirements
 import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
@@ -175,8 +176,8 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
     init_fn, apply_fn, kernel_fn = stax.serial(
         stax.Dense(16, b_std=0.1), stax.Relu(), stax.GlobalAvgPool())
     masked = stax.MaskedArray(x, mask)
-    if not getattr(kernel_fn, 'supports_masking', False) or not getattr(
-        stax.GlobalAvgPool()[2], 'supports_masking', False):
+    if not (requirements.kernel_spec(kernel_fn).supports_masking and
+            requirements.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking):
       with self.assertRaisesRegex(ValueError, 'GlobalAvgPool.*mask'):
         kernel_fn(masked, None)
       return
@@ -188,7 +189,7 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
                         apply_fn(params, x[:, :3]))
 
   def test_pooling_matches_monte_carlo(self):
-    if not getattr(stax.GlobalAvgPool()[2], 'supports_masking', False):
+    if not requirements.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking:
       self.skipTest('`GlobalAvgPool` does not support masking.')
     x1, mask1 = _sequences(lengths=(4, 2, 5))
     x2, mask2 = _sequences(lengths=(3, 1), seed=2)

@@ -11,6 +11,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
 import test_utils
 
@@ -136,7 +137,7 @@ _DIAGONALS = [stax.Diagonal(i, o) for i in _BOOLS for o in _BOOLS]
 def _allows(diagonal, output_allowed):
   """Whether a layer with requirement `diagonal` may read a diagonal input."""
   op = stax.requires(diagonal_batch=diagonal)(lambda k, **kwargs: k)
-  return op.allowed_fn(
+  return requirements.kernel_spec(op).allowed_inputs(
       requirements.Allowed(output_allowed, False)).diagonal_batch
 
 
@@ -171,9 +172,9 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
   def test_serial_combines_requirements_with_rshift(self):
     layers = [stax.Dense(2), stax.Relu(), stax.Flatten(), stax.Dense(1)]
     _, _, kernel_fn = stax.serial(*layers)
-    per_layer = [requirements.kernel_op_of(l[2]).diagonal_requirements
+    per_layer = [requirements.kernel_spec(l[2]).requirements
                  for l in layers]
-    combined = kernel_fn.kernel_op.diagonal_requirements
+    combined = requirements.kernel_spec(kernel_fn).requirements
     self.assertEqual(combined.diagonal_spatial, functools.reduce(
         operator.rshift, [r.diagonal_spatial for r in per_layer]))
     self.assertEqual(combined.diagonal_batch, functools.reduce(
@@ -299,6 +300,75 @@ class KernelPytreeTest(test_utils.NeuralTangentsTestCase):
     g = jax.grad(lambda a: kernel_fn(a, None, 'ntk').sum())(x1)
     self.assertFinite(g)
     self.assertGreater(float(jnp.abs(g).max()), 0)
+
+
+def _residual_block():
+  return stax.serial(stax.FanOut(2),
+                     stax.parallel(stax.Dense(4), stax.Identity()),
+                     stax.FanInSum())
+
+
+class KernelSpecTest(test_utils.NeuralTangentsTestCase):
+  """The layer protocol: one `KernelSpec`, built by the combinators' helpers."""
+
+  def _spec(self, layer):
+    return requirements.kernel_spec(layer[2])
+
+  def test_serial_spec_is_compose_of_parts(self):
+    for layers in ([stax.Dense(2), stax.Relu(), stax.Flatten(), stax.Dense(1)],
+                   [stax.Dense(4), _residual_block(), stax.Relu()]):
+      self.assertEqual(self._spec(stax.serial(*layers)),
+                       protocol.compose([self._spec(l) for l in layers]))
+    chain = self._spec(stax.serial(stax.Dense(2), stax.Flatten()))
+    self.assertIsNone(chain.combination)
+    self.assertEqual(self._spec(_residual_block()).combination,
+                     protocol.Combination.SERIAL)
+
+  def test_parallel_spec_is_in_parallel_of_parts(self):
+    layers = [stax.Dense(2), stax.GlobalAvgPool(), _user_layer([])]
+    spec = self._spec(stax.parallel(*layers))
+    self.assertEqual(spec,
+                     protocol.in_parallel([self._spec(l) for l in layers]))
+    self.assertEqual(spec.input_axes, [(0, -1), (0, -1), None])
+
+  def test_repeat_spec_is_repeated(self):
+    block = _residual_block()
+    spec = self._spec(stax.repeat(block, 3))
+    self.assertEqual(spec, protocol.repeated(self._spec(block), 3))
+    self.assertFalse(spec.supports_masking)
+
+  def test_hand_written_layer_gets_the_default_spec(self):
+    spec = self._spec(_user_layer([]))
+    self.assertEqual(spec, protocol.KernelSpec(protocol.UNDECLARED))
+    self.assertEqual(spec.name, 'kernel_fn')
+    self.assertIsNone(spec.input_axes)
+    self.assertFalse(spec.supports_masking)
+    self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, True)),
+                     requirements.Allowed(False, False))
+    self.assertFalse(protocol.is_layer_kernel_fn(_user_layer([])[2]))
+    self.assertTrue(protocol.is_layer_kernel_fn(stax.Relu()[2]))
+
+  def test_helpers_allow_what_their_parts_allow(self):
+    allowed = [requirements.Allowed(b, s) for b in (False, True)
+               for s in (False, True)]
+    leaves = [protocol.KernelSpec(protocol.Requirements(a, b))
+              for a, b in zip(_DIAGONALS, _DIAGONALS[::-1])]
+    parts = leaves + [protocol.in_parallel(leaves[:2]),
+                      protocol.compose([leaves[0], protocol.in_parallel(
+                          leaves[1:3])])]
+    for a in parts:
+      for b in parts:
+        for out in allowed:
+          self.assertEqual(
+              protocol.compose([a, b]).allowed_inputs(out),
+              a.allowed_inputs(b.allowed_inputs(out)), (a, b, out))
+      for n in (0, 1, 4):
+        for out in allowed:
+          expected = out
+          for _ in range(n):
+            expected = a.allowed_inputs(expected)
+          self.assertEqual(protocol.repeated(a, n).allowed_inputs(out),
+                           expected)
 
 
 if __name__ == '__main__':

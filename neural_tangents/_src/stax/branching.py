@@ -7,7 +7,6 @@ Used with `parallel` to build residual and multi-branch networks:
   ...                     stax.FanInSum())
 """
 import functools
-import math
 import operator
 from typing import Any
 
@@ -42,13 +41,12 @@ def FanOut(num: int) -> Layer:
   init_fn = lambda rng, input_shape: ([input_shape] * num, ())
   apply_fn = lambda params, inputs, **kwargs: [inputs] * num
 
+  # The consumers of the `num` copies may allow different representations:
+  # `Diagonal()` lets the shared input be diagonal iff all of them allow it.
   @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(k: Kernel, **kwargs) -> list[Kernel]:
     return [k] * num
 
-  # The consumers of the `num` copies may allow different representations:
-  # the shared input must satisfy all of them.
-  kernel_fn.allowed_fn = requirements.conjunction
   return init_fn, apply_fn, kernel_fn
 
 

@@ -3,8 +3,6 @@
 A combinator is itself a layer `(init_fn, apply_fn, kernel_fn)`.
 """
 import dataclasses
-import functools
-import operator
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -12,8 +10,10 @@ from jax import lax
 from jax import random
 import jax.numpy as jnp
 
+from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
-from neural_tangents._src.stax.requirements import kernel_op_of
+from neural_tangents._src.stax.protocol import kernel_op_of
+from neural_tangents._src.stax.protocol import kernel_spec
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -86,26 +86,27 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
       previous = last
     return k
 
-  # Masks ride along with inputs and kernels; each inner layer checks its own.
-  apply_fn.supports_masking = kernel_fn.supports_masking = True
-  return init_fn, apply_fn, _composite_op(kernel_fn, kernel_ops)
+  spec = protocol.compose([kernel_spec(op) for op in kernel_ops])
+  return init_fn, apply_fn, protocol.with_spec(kernel_fn, spec)
 
 
-def _compose(ops: Sequence[Callable]) -> Callable:
-  def op(k, **kwargs):
+@dataclasses.dataclass(frozen=True)
+class _Block:
+  """Kernel ops applied in order: one period of a repeated run."""
+  ops: tuple[Callable, ...]
+
+  def __call__(self, k: Any, **kwargs) -> Any:
     previous = None
-    for o in ops:
-      requirements.check_representation(previous, o, k)
-      k = o(k, **kwargs)
-      previous = o
+    for op in self.ops:
+      requirements.check_representation(previous, op, k)
+      k = op(k, **kwargs)
+      previous = op
     return k
-  op.ops = tuple(ops)
-  return op
 
 
 def _ends(op: Callable) -> tuple[Callable, Callable]:
-  """The first and last layer ops of a (composed) op."""
-  ops = getattr(op, 'ops', (op,))
+  """The first and last layer ops of an op or of a `_Block`."""
+  ops = op.ops if isinstance(op, _Block) else (op,)
   return ops[0], ops[-1]
 
 
@@ -132,7 +133,7 @@ def fold_runs(ops: Sequence[Callable]) -> list[tuple[Callable, int]]:
       if count > 1 and period * count > best_period * best_count:
         best_period, best_count = period, count
     block = ops[i:i + best_period]
-    segments.append((block[0] if best_period == 1 else _compose(block),
+    segments.append((block[0] if best_period == 1 else _Block(tuple(block)),
                      best_count))
     i += best_period * best_count
   return segments
@@ -148,27 +149,6 @@ def _apply_run(op: Callable, count: int, k: Any, **kwargs) -> Any:
     for _ in range(count):
       k = op(k, **kwargs)
     return k
-
-
-def _composite_op(kernel_fn: Callable, kernel_ops: list[Callable]) -> Callable:
-  """Attaches the requirements of a sequence of ops to their composition."""
-  def allowed_fn(output_allowed):
-    for op in reversed(kernel_ops):
-      output_allowed = op.allowed_fn(output_allowed)
-    return output_allowed
-
-  kernel_fn.allowed_fn = allowed_fn
-  declared = [getattr(op, 'diagonal_requirements', None) for op in kernel_ops]
-  if kernel_ops and all(d is not None for d in declared):
-    # The same resolution as `allowed_fn`, as one `Diagonal` per axis kind.
-    kernel_fn.diagonal_requirements = functools.reduce(operator.rshift,
-                                                       declared)
-  kernel_fn.input_axes = next((op.input_axes for op in kernel_ops
-                               if getattr(op, 'input_axes', None) is not None),
-                              None)
-  kernel_fn.output_diagonal = (kernel_ops[-1].output_diagonal if kernel_ops
-                               else requirements.Bool.NO)
-  return kernel_fn
 
 
 @requirements.layer
@@ -219,17 +199,8 @@ def parallel(*layers: Layer) -> Layer:
     check(ks, 'kernels')
     return type(ks)(op(k, **kwargs) for op, k in zip(kernel_ops, ks))
 
-  def allowed_fn(output_allowed):
-    if isinstance(output_allowed, requirements.Allowed):
-      output_allowed = [output_allowed] * len(layers)
-    return [op.allowed_fn(a) for op, a in zip(kernel_ops, output_allowed)]
-
-  kernel_fn.allowed_fn = allowed_fn
-  kernel_fn.input_axes = [getattr(op, 'input_axes', None) for op in kernel_ops]
-  kernel_fn.output_diagonal = requirements.Bool.NO
-  # Masks ride along with inputs and kernels; each inner layer checks its own.
-  apply_fn.supports_masking = kernel_fn.supports_masking = True
-  return init_fn, apply_fn, kernel_fn
+  spec = protocol.in_parallel([kernel_spec(op) for op in kernel_ops])
+  return init_fn, apply_fn, protocol.with_spec(kernel_fn, spec)
 
 
 # -----------------------------------------------------------------------------
@@ -276,10 +247,13 @@ def serial_params_to_repeat(params: Sequence[Any]) -> Any:
     `RepeatParams(first, rest)` with the others stacked.
 
   Example:
-    >>> layer = stax.serial(stax.Dense(8), stax.Relu())
-    >>> _, params = stax.serial(*[layer] * 3)[0](key, (-1, 8))
+    >>> layer = stax.serial(stax.Dense(4), stax.Relu())
+    >>> init_fn, apply_fn, _ = stax.serial(*[layer] * 3)
+    >>> _, params = init_fn(random.PRNGKey(0), x1.shape)
     >>> stacked = stax.serial_params_to_repeat(params)
-    >>> stax.repeat(layer, 3)[1](stacked, x)  # == serial's apply_fn(params, x)
+    >>> out = stax.repeat(layer, 3)[1](stacked, x1)
+    >>> bool(jnp.allclose(out, apply_fn(params, x1), rtol=1e-5))
+    True
   """
   params = list(params)
   if not params:
@@ -418,17 +392,6 @@ def _scan_apply(apply_fn: Callable, params: Any, x: Any, n: int,
   return scan(x, rest, None if rngs is None else rngs[1:], n - 1)
 
 
-def _repeat_allowed_fn(op: Callable, n: int) -> Callable:
-  def allowed_fn(output_allowed):
-    for _ in range(n):
-      new = op.allowed_fn(output_allowed)
-      if new == output_allowed:
-        break
-      output_allowed = new
-    return output_allowed
-  return allowed_fn
-
-
 def _check_layer(layer: Any, name: str) -> tuple[Callable, Callable, Callable]:
   if (not isinstance(layer, tuple) or len(layer) != 3 or
       not all(callable(f) for f in layer)):
@@ -471,7 +434,8 @@ def repeat(layer: Layer, n: int) -> Layer:
     >>> block = stax.serial(stax.Dense(512, W_std=1.5), stax.Relu())
     >>> init_fn, apply_fn, kernel_fn = stax.serial(stax.repeat(block, 100),
     ...                                            stax.Dense(1))
-    >>> kernel_fn(x1, x2, 'ntk')  # compiles as fast as depth 2
+    >>> kernel_fn(x1, x2, 'ntk').shape  # compiles as fast as depth 2
+    (3, 2)
   """
   init_fn_l, apply_fn_l, kernel_fn_l = _check_layer(layer, 'repeat')
   if isinstance(n, bool) or not isinstance(n, int):
@@ -509,11 +473,8 @@ def repeat(layer: Layer, n: int) -> Layer:
     except _NotAFixedPoint as e:
       raise ValueError(str(e)) from None
 
-  kernel_fn.allowed_fn = _repeat_allowed_fn(op, n)
-  kernel_fn.input_axes = getattr(op, 'input_axes', None)
-  kernel_fn.output_diagonal = getattr(op, 'output_diagonal',
-                                      requirements.Bool.NO)
-  return init_fn, apply_fn, kernel_fn
+  return init_fn, apply_fn, protocol.with_spec(
+      kernel_fn, protocol.repeated(kernel_spec(op), n))
 
 
 def _concat_first(first: Any, rest: Any) -> Any:

@@ -77,15 +77,19 @@ Example:
   >>> _, apply_fn, kernel_fn = stax.serial(stax.Dense(8), stax.Relu())
   >>> kernel_fn(MaskedArray(x, mask), None, 'nngp')[1, 1, 3, 3]
   Array(0., dtype=float32)
-  >>> kernel_fn(x, None, 'nngp', mask_constant=0.)  # the same mask
+  >>> k = kernel_fn(x, None, 'nngp', mask_constant=0.)  # the same mask
+  >>> k[1, 1, 3, 3]
+  Array(0., dtype=float32)
 """
+import dataclasses as builtin_dataclasses
 import functools
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 
+from neural_tangents._src.stax import protocol
 from neural_tangents._src.utils import dataclasses
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
@@ -323,7 +327,7 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
             f'`{layer_fn.__name__}` decorated with `@supports_masking` must '
             'return `(init_fn, apply_fn, kernel_fn)` or `(init_fn, apply_fn, '
             f'kernel_fn, mask_fn)`; got {len(fns)} values.')
-      kernel_op = getattr(kernel_op, 'kernel_op', kernel_op)
+      kernel_op = protocol.kernel_op_of(kernel_op)
 
       @functools.wraps(apply_fn)
       def masked_apply_fn(params, inputs, *, mask=None, **kwargs):
@@ -349,10 +353,10 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
                          _kernel_shapes(k, 'shape2')),
             remask_kernel)
 
-      for fn in (masked_apply_fn, masked_kernel_op):
-        fn.supports_masking = True
-        fn.remask_kernel = remask_kernel
-      masked_kernel_op.mask_fn = mask_fn
+      spec = protocol.kernel_spec(kernel_op)
+      protocol.with_spec(masked_kernel_op,
+                         builtin_dataclasses.replace(spec,
+                                                     supports_masking=True))
       return init_fn, masked_apply_fn, masked_kernel_op
     return new_layer_fn
   return decorator
@@ -372,9 +376,11 @@ def unmask_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     `fn` with unmasked outputs.
 
   Example:
-    >>> _, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu())
+    >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu())
+    >>> _, params = init_fn(random.PRNGKey(0), x1.shape)
     >>> apply_fn = stax.unmask_fn(apply_fn)
-    >>> apply_fn(params, x, mask_constant=0.)  # a plain array
+    >>> type(apply_fn(params, x1, mask_constant=0.)).__name__  # plain array
+    'ArrayImpl'
   """
   def unmask(x):
     if isinstance(x, MaskedArray):
@@ -389,10 +395,10 @@ def unmask_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
   return fn_no_mask
 
 
-def check_apply_masking(apply_fn: Callable, name: str) -> Callable:
+def check_apply_masking(apply_fn: Callable, supported: bool,
+                        name: str) -> Callable:
   """Wraps a layer's `apply_fn` to accept `mask_constant=` and to refuse
-  masked inputs when the layer does not support masking."""
-  supported = getattr(apply_fn, 'supports_masking', False)
+  masked inputs when the layer does not support masking (`supported`)."""
 
   @functools.wraps(apply_fn)
   def checked_apply_fn(params, inputs, *, mask_constant=None, **kwargs):
@@ -405,14 +411,13 @@ def check_apply_masking(apply_fn: Callable, name: str) -> Callable:
           '`Flatten` first), or use layers that support masking.')
     return apply_fn(params, inputs, **kwargs)
 
-  checked_apply_fn.supports_masking = supported
   return checked_apply_fn
 
 
 def check_kernel_masking(kernel_op: Callable, name: str) -> Callable:
   """Wraps a kernel op to refuse masked kernels when the layer does not
-  support masking (keeping its requirement attributes)."""
-  if getattr(kernel_op, 'supports_masking', False):
+  support masking (keeping its `KernelSpec`)."""
+  if protocol.kernel_spec(kernel_op).supports_masking:
     return kernel_op
 
   @functools.wraps(kernel_op)
@@ -425,5 +430,4 @@ def check_kernel_masking(kernel_op: Callable, name: str) -> Callable:
           'layers that support masking.')
     return kernel_op(k, **kwargs)
 
-  checked_kernel_op.supports_masking = False
   return checked_kernel_op

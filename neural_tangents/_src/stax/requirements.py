@@ -33,6 +33,9 @@ Representation requirements are stated per axis kind (`diagonal_batch`,
   can serve a diagonal representation whatever it receives (untied weights);
   `Bool.NO` otherwise.
 
+What a layer declares is one `KernelSpec` on its kernel op, read with
+`kernel_spec(kernel_fn)` (see `protocol`).
+
 Example:
   >>> @layer
   ... def Scale(c: float):
@@ -40,116 +43,42 @@ Example:
   ...   apply_fn = lambda params, x, **kwargs: c * x
   ...   @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   ...   def kernel_fn(k, **kwargs):
-  ...     return k.replace(nngp=c**2 * k.nngp, cov1=c**2 * k.cov1, ...)
+  ...     scale = lambda x: None if x is None else c**2 * x
+  ...     return k.replace(nngp=scale(k.nngp), ntk=scale(k.ntk),
+  ...                      cov1=scale(k.cov1), cov2=scale(k.cov2))
   ...   return init_fn, apply_fn, kernel_fn
+  >>> _, _, kernel_fn = Scale(2.)
+  >>> kernel_fn(x1, x2, 'nngp').shape
+  (3, 2)
 """
 import dataclasses
-import enum
 import functools
-import inspect
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import jax
 from jax import lax
 import jax.numpy as jnp
 
 from neural_tangents._src.stax import masking
+from neural_tangents._src.stax import protocol
 # `supports_masking` is defined with the rest of masking; re-exported here.
 from neural_tangents._src.stax.masking import supports_masking  # pylint: disable=unused-import
+# The protocol's names, re-exported for layer modules.
+from neural_tangents._src.stax.protocol import Allowed
+from neural_tangents._src.stax.protocol import Bool
+from neural_tangents._src.stax.protocol import conjunction
+from neural_tangents._src.stax.protocol import Diagonal
+from neural_tangents._src.stax.protocol import kernel_op_of
+from neural_tangents._src.stax.protocol import kernel_spec
+from neural_tangents._src.stax.protocol import KernelSpec
+from neural_tangents._src.stax.protocol import Requirements
+from neural_tangents._src.stax.protocol import undeclared_kernel_op
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
 GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
-
-
-class Bool(enum.IntEnum):
-  """Three-valued logic for requirements: `NO < MAYBE < YES`."""
-  NO = 0
-  MAYBE = 1
-  YES = 2
-
-  def __and__(self, other: 'Bool') -> 'Bool':
-    return Bool(min(self, other))
-
-  def __or__(self, other: 'Bool') -> 'Bool':
-    return Bool(max(self, other))
-
-
-@dataclasses.dataclass(frozen=True)
-class Diagonal:
-  """Whether a layer can take (`input`) or always gives (`output`) diagonals.
-
-  See the module docstring for the meaning of each value.
-  """
-  input: Bool = Bool.MAYBE
-  output: Bool = Bool.NO
-
-  def __and__(self, other: 'Diagonal') -> 'Diagonal':
-    """Requirement of two layers reading the same kernel (in parallel)."""
-    return Diagonal(input=self.input & other.input,
-                    output=self.output & other.output)
-
-  def __rshift__(self, other: 'Diagonal') -> 'Diagonal':
-    """Requirement of `self`'s layer followed by `other`'s (`serial`).
-
-    The composite's output is `other`'s. Its input is decided by the first
-    layer that decides it: a layer decides (`YES` or `NO`) unless its input is
-    `MAYBE` with an output that is not `YES` (a `MAYBE` input with a `YES`
-    output is a `YES`: its own output may always be diagonal). If neither
-    decides, the composite's input is `MAYBE`: it follows what the rest of
-    the network allows. `>>` is associative, and `a >> b` allows exactly the
-    inputs that applying `a` then `b` allows.
-
-    Example:
-      >>> Diagonal(input=Bool.MAYBE) >> Diagonal(input=Bool.NO)
-      Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
-    """
-    first = self.effective_input
-    input_ = first if first != Bool.MAYBE else other.effective_input
-    return Diagonal(input=input_, output=other.output)
-
-  @property
-  def effective_input(self) -> Bool:
-    """`input`, with a `MAYBE` that always holds (a `YES` output) as `YES`."""
-    if self.input == Bool.MAYBE and self.output == Bool.YES:
-      return Bool.YES
-    return self.input
-
-
-class Allowed(NamedTuple):
-  """Whether a kernel may be stored batch- / spatially diagonal."""
-  diagonal_batch: bool
-  diagonal_spatial: bool
-
-
-def _allowed_input(diagonal: Diagonal, output_allowed: bool) -> bool:
-  if diagonal.output == Bool.YES:
-    output_allowed = True
-  if diagonal.input == Bool.YES:
-    return True
-  if diagonal.input == Bool.MAYBE:
-    return output_allowed
-  return False
-
-
-def conjunction(allowed: Any) -> Allowed:
-  """Combines the allowances of several consumers of one kernel (`FanOut`)."""
-  if isinstance(allowed, Allowed):
-    return allowed
-  leaves = [conjunction(a) for a in allowed]
-  return Allowed(all(a.diagonal_batch for a in leaves),
-                 all(a.diagonal_spatial for a in leaves))
-
-
-class Requirements(NamedTuple):
-  """The `Diagonal` requirements of a layer, per axis kind."""
-  diagonal_batch: Diagonal
-  diagonal_spatial: Diagonal
-
-  def __rshift__(self, other: 'Requirements') -> 'Requirements':
-    return Requirements(self.diagonal_batch >> other.diagonal_batch,
-                        self.diagonal_spatial >> other.diagonal_spatial)
 
 
 def requires(diagonal_batch: Diagonal = Diagonal(),
@@ -166,24 +95,17 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
     channel_axis: channel axis the layer expects of its inputs.
 
   Returns:
-    A decorator attaching `allowed_fn` (output allowances -> input
-    allowances) and `input_axes` to the kernel op.
+    A decorator attaching the `KernelSpec` of these requirements to the
+    kernel op.
   """
-  def decorator(kernel_op: Callable) -> Callable:
-    def allowed_fn(output_allowed: Any) -> Allowed:
-      output_allowed = conjunction(output_allowed)
-      return Allowed(
-          _allowed_input(diagonal_batch, output_allowed.diagonal_batch),
-          _allowed_input(diagonal_spatial, output_allowed.diagonal_spatial))
+  input_axes = (None if batch_axis is None and channel_axis is None
+                else (0 if batch_axis is None else batch_axis,
+                      -1 if channel_axis is None else channel_axis))
+  spec = KernelSpec(Requirements(diagonal_batch, diagonal_spatial),
+                    input_axes=input_axes)
 
-    kernel_op.allowed_fn = allowed_fn
-    kernel_op.diagonal_requirements = Requirements(diagonal_batch,
-                                                   diagonal_spatial)
-    kernel_op.input_axes = (None if batch_axis is None and channel_axis is None
-                            else (0 if batch_axis is None else batch_axis,
-                                  -1 if channel_axis is None else channel_axis))
-    kernel_op.output_diagonal = diagonal_spatial.output
-    return kernel_op
+  def decorator(kernel_op: Callable) -> Callable:
+    return protocol.with_spec(kernel_op, spec)
   return decorator
 
 
@@ -191,27 +113,20 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 # The public `kernel_fn`.
 
 
-def validate_get(get: Any) -> Optional[tuple[str, ...]]:
-  """Returns `get` as a tuple of names (or `None`), or raises `ValueError`."""
-  if get is None:
-    return None
-  names = (get,) if isinstance(get, str) else get
-  if not isinstance(names, (tuple, list)) or not names:
+def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
+  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
+  try:
+    return arguments.parse_get(get, GET_VALUES)[0]
+  except ValueError as e:
     raise ValueError(
         f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
-        f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk").')
-  for name in names:
-    if name not in GET_VALUES:
-      raise ValueError(
-          f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
-          f'{get!r}, where {name!r} is unknown. Pass e.g. get="ntk" or '
-          'get=("nngp", "ntk").')
-  return tuple(names)
+        f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk"). ({e})'
+    ) from None
 
 
 def _select(k: Any, get: Any) -> Any:
   """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
-  names = validate_get(get)
+  names = _parse_get(get)
   if names is None:
     return k
   if isinstance(k, (list, tuple)):
@@ -518,7 +433,7 @@ def input_batch_axes(kernel_fn: Callable, x: Any) -> Any:
     >>> input_batch_axes(kernel_fn, (jnp.ones((2, 3)), jnp.ones((2, 4))))
     (0, 0)
   """
-  axes = _broadcast_axes(getattr(kernel_fn, 'input_axes', None), x)
+  axes = _broadcast_axes(kernel_spec(kernel_fn).input_axes, x)
   return jax.tree_util.tree_map(
       lambda a: a[0], axes,
       is_leaf=lambda a: isinstance(a, tuple) and len(a) == 2 and isinstance(
@@ -553,17 +468,17 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     Returns:
       What `get` asks for.
     """
-    names = validate_get(get)
+    names = _parse_get(get)
     mask_constant = kwargs.pop('mask_constant', None)
     if is_kernel_tree(x1_or_kernel):
       return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
-    allowed_in = _broadcast_allowed(kernel_op.allowed_fn(requested),
+    spec = kernel_spec(kernel_op)
+    allowed_in = _broadcast_allowed(spec.allowed_inputs(requested),
                                     x1_or_kernel)
-    axes = _broadcast_axes(getattr(kernel_op, 'input_axes', None),
-                           x1_or_kernel)
+    axes = _broadcast_axes(spec.input_axes, x1_or_kernel)
 
     def to_kernel(x1, x2, allowed, axes):
       return inputs_to_kernel(
@@ -590,10 +505,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       out = _drop_ntk(out)
     return _select(out, get)
 
-  kernel_fn.kernel_op = kernel_op
-  kernel_fn.allowed_fn = kernel_op.allowed_fn
-  kernel_fn.input_axes = getattr(kernel_op, 'input_axes', None)
-  kernel_fn.output_diagonal = getattr(kernel_op, 'output_diagonal', Bool.NO)
+  kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
 
 
@@ -624,89 +536,24 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
   def new_layer_fn(*args, **kwargs):
     init_fn, apply_fn, kernel_op = layer_fn(*args, **kwargs)
     kernel_op = kernel_op_of(kernel_op)
-    if not hasattr(kernel_op, 'layer_name'):
-      kernel_op.layer_name = layer_fn.__name__
+    spec = kernel_spec(kernel_op)
+    if spec.name is None:
+      protocol.with_spec(kernel_op,
+                         dataclasses.replace(spec, name=layer_fn.__name__))
     # Every layer takes `mask_constant=`, and one that does not declare
     # `@supports_masking` refuses masked inputs instead of mishandling them.
-    apply_fn = masking.check_apply_masking(apply_fn, layer_fn.__name__)
+    apply_fn = masking.check_apply_masking(apply_fn, spec.supports_masking,
+                                           layer_fn.__name__)
     kernel_op = masking.check_kernel_masking(kernel_op, layer_fn.__name__)
     kernel_fn = public_kernel_fn(kernel_op)
-    kernel_fn.supports_masking = kernel_op.supports_masking
     for fn in (init_fn, apply_fn, kernel_fn):
       fn.__name__ = fn.__qualname__ = layer_fn.__name__
-      fn.layer_args = (args, kwargs)
     return init_fn, apply_fn, kernel_fn
 
   return new_layer_fn
 
 
-def kernel_op_of(kernel_fn: Callable) -> Callable:
-  """The `Kernel -> Kernel` op behind a public `kernel_fn`.
-
-  A user-written `kernel_fn` without `@requires` (and not made by `@layer`)
-  gets the default requirements: it is given full covariances
-  (`diagonal_batch=False`, `diagonal_spatial=False`).
-  """
-  op = getattr(kernel_fn, 'kernel_op', kernel_fn)
-  if hasattr(op, 'allowed_fn'):
-    return op
-  return undeclared_kernel_op(op)
-
-
-def _accepted_kwargs(fn: Callable) -> Optional[frozenset[str]]:
-  """Keyword names `fn` accepts, or `None` if it takes `**kwargs`."""
-  try:
-    params = inspect.signature(fn).parameters.values()
-  except (TypeError, ValueError):
-    return None
-  if any(p.kind == p.VAR_KEYWORD for p in params):
-    return None
-  return frozenset(p.name for p in params
-                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
-
-
-def undeclared_kernel_op(kernel_fn: Callable) -> Callable:
-  """A kernel op for a `kernel_fn(k, **kwargs)` declaring no requirements.
-
-  It is given full covariances (the requirement
-  `Diagonal(input=Bool.NO)` for both the batch and the spatial axes), and only
-  the keyword arguments its signature names (all of them if it takes
-  `**kwargs`).
-
-  Example:
-    >>> def kernel_fn(k, **kwargs):  # No `@requires`.
-    ...   return k.replace(nngp=2 * k.nngp, ntk=2 * k.ntk)
-    >>> op = undeclared_kernel_op(kernel_fn)
-    >>> op.allowed_fn(Allowed(True, True))
-    Allowed(diagonal_batch=False, diagonal_spatial=False)
-  """
-  accepted = _accepted_kwargs(kernel_fn)
-
-  @functools.wraps(kernel_fn)
-  def kernel_op(k, **kwargs):
-    if accepted is not None:
-      kwargs = {n: v for n, v in kwargs.items() if n in accepted}
-    return kernel_fn(k, **kwargs)
-
-  full = Diagonal(input=Bool.NO)
-  kernel_op.allowed_fn = lambda output_allowed: Allowed(False, False)
-  kernel_op.diagonal_requirements = Requirements(full, full)
-  kernel_op.input_axes = None
-  kernel_op.output_diagonal = Bool.NO
-  kernel_op.layer_name = getattr(kernel_fn, '__name__', 'kernel_fn')
-  return kernel_op
-
-
-def layer_name(kernel_op: Callable) -> str:
-  """A kernel op's layer name, for messages."""
-  return getattr(kernel_op, 'layer_name',
-                 getattr(kernel_op, '__name__', 'a layer'))
-
-
-def needs_full_spatial(kernel_op: Callable) -> bool:
-  """Whether the op needs full spatial covariances whatever follows it."""
-  return not conjunction(
-      kernel_op.allowed_fn(Allowed(True, True))).diagonal_spatial
+layer_name = protocol.layer_name
 
 
 def _spatially_diagonal(k: Any) -> bool:
@@ -734,9 +581,9 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
   """
   if producer is None or not _spatially_diagonal(k):
     return
-  if getattr(producer, 'output_diagonal', Bool.NO) == Bool.YES:
+  if kernel_spec(producer).output_diagonal == Bool.YES:
     return
-  if not needs_full_spatial(consumer):
+  if not kernel_spec(consumer).needs_full_spatial:
     return
   p, c = layer_name(producer), layer_name(consumer)
   raise ValueError(

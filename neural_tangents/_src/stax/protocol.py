@@ -1,0 +1,356 @@
+"""The layer protocol: `KernelSpec`, what a kernel op declares about itself.
+
+A stax layer's kernel op (a function `Kernel -> Kernel`, or lists of kernels
+for branching layers) carries one `KernelSpec` in its `kernel_spec`
+attribute, and the public `kernel_fn` that `@layer` makes carries its op in
+`kernel_op`. `kernel_spec(fn)` reads the spec of either (or of a `kernel_fn`
+written by hand, which declares nothing and gets full covariances). The spec
+says:
+
+* which representations of its input kernel the op can read, given those its
+  output may be stored in (`Requirements`, one `Diagonal` per axis kind; see
+  `requirements` for their meaning), resolved by `allowed_inputs`;
+* the `(batch_axis, channel_axis)` its inputs are laid out in, if declared;
+* whether it handles masked inputs (`supports_masking`);
+* the layer's name, for messages.
+
+Combinators build their spec from their layers' with `compose` (`serial`),
+`in_parallel` (`parallel`) and `repeated` (`repeat`).
+
+Example:
+  >>> dense, relu = stax.Dense(1)[2], stax.Relu()[2]
+  >>> spec = compose([kernel_spec(dense), kernel_spec(relu)])
+  >>> spec == kernel_spec(stax.serial(stax.Dense(1), stax.Relu())[2])
+  True
+  >>> spec.allowed_inputs(Allowed(diagonal_batch=True, diagonal_spatial=True))
+  Allowed(diagonal_batch=True, diagonal_spatial=True)
+"""
+import dataclasses
+import enum
+import functools
+import inspect
+import operator
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+
+class Bool(enum.IntEnum):
+  """Three-valued logic for requirements: `NO < MAYBE < YES`."""
+  NO = 0
+  MAYBE = 1
+  YES = 2
+
+  def __and__(self, other: 'Bool') -> 'Bool':
+    return Bool(min(self, other))
+
+  def __or__(self, other: 'Bool') -> 'Bool':
+    return Bool(max(self, other))
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagonal:
+  """Whether a layer can take (`input`) or always gives (`output`) diagonals.
+
+  See the `requirements` module docstring for the meaning of each value.
+  """
+  input: Bool = Bool.MAYBE
+  output: Bool = Bool.NO
+
+  def __and__(self, other: 'Diagonal') -> 'Diagonal':
+    """Requirement of two layers reading the same kernel (in parallel)."""
+    return Diagonal(input=self.input & other.input,
+                    output=self.output & other.output)
+
+  def __rshift__(self, other: 'Diagonal') -> 'Diagonal':
+    """Requirement of `self`'s layer followed by `other`'s (`serial`).
+
+    The composite's output is `other`'s. Its input is decided by the first
+    layer that decides it: a layer decides (`YES` or `NO`) unless its input is
+    `MAYBE` with an output that is not `YES` (a `MAYBE` input with a `YES`
+    output is a `YES`: its own output may always be diagonal). If neither
+    decides, the composite's input is `MAYBE`: it follows what the rest of
+    the network allows. `>>` is associative, and `a >> b` allows exactly the
+    inputs that applying `a` then `b` allows.
+
+    Example:
+      >>> Diagonal(input=Bool.MAYBE) >> Diagonal(input=Bool.NO)
+      Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
+    """
+    first = self.effective_input
+    input_ = first if first != Bool.MAYBE else other.effective_input
+    return Diagonal(input=input_, output=other.output)
+
+  @property
+  def effective_input(self) -> Bool:
+    """`input`, with a `MAYBE` that always holds (a `YES` output) as `YES`."""
+    if self.input == Bool.MAYBE and self.output == Bool.YES:
+      return Bool.YES
+    return self.input
+
+
+class Allowed(NamedTuple):
+  """Whether a kernel may be stored batch- / spatially diagonal."""
+  diagonal_batch: bool
+  diagonal_spatial: bool
+
+
+def conjunction(allowed: Any) -> Allowed:
+  """Combines the allowances of several consumers of one kernel (`FanOut`)."""
+  if isinstance(allowed, Allowed):
+    return allowed
+  leaves = [conjunction(a) for a in allowed]
+  return Allowed(all(a.diagonal_batch for a in leaves),
+                 all(a.diagonal_spatial for a in leaves))
+
+
+class Requirements(NamedTuple):
+  """The `Diagonal` requirements of a layer, per axis kind."""
+  diagonal_batch: Diagonal
+  diagonal_spatial: Diagonal
+
+  def __rshift__(self, other: 'Requirements') -> 'Requirements':
+    return Requirements(self.diagonal_batch >> other.diagonal_batch,
+                        self.diagonal_spatial >> other.diagonal_spatial)
+
+
+def _allowed_input(diagonal: Diagonal, output_allowed: bool) -> bool:
+  if diagonal.output == Bool.YES:
+    output_allowed = True
+  if diagonal.input == Bool.YES:
+    return True
+  if diagonal.input == Bool.MAYBE:
+    return output_allowed
+  return False
+
+
+class Combination(enum.Enum):
+  """How a spec is made of the specs of other layers."""
+  SERIAL = 'serial'
+  PARALLEL = 'parallel'
+  REPEAT = 'repeat'
+
+
+# A `kernel_fn` written by hand declares nothing: it is given full covariances.
+_FULL = Diagonal(input=Bool.NO)
+UNDECLARED = Requirements(_FULL, _FULL)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+  """What a kernel op declares to the machinery that runs it.
+
+  Attributes:
+    requirements: the `Diagonal` requirements of a layer (or of a chain of
+      layers that each declare theirs, combined with `>>`); `None` for a
+      `combination` of layers.
+    combination: how the spec is made of `parts` (`None` for a layer that
+      declares its own `requirements`).
+    parts: the specs of the combined layers.
+    depth: for `Combination.REPEAT`, how many times `parts[0]` is applied.
+    input_axes: `(batch_axis, channel_axis)` of the inputs the layer expects,
+      a list of them (one per input) for `parallel`, or `None` when the layer
+      does not declare them.
+    supports_masking: whether the layer handles masked inputs (see
+      `masking`); one that does not refuses them.
+    name: the layer's name, for messages.
+  """
+  requirements: Optional[Requirements] = Requirements(Diagonal(), Diagonal())
+  combination: Optional[Combination] = None
+  parts: tuple['KernelSpec', ...] = ()
+  depth: int = 1
+  input_axes: Any = None
+  supports_masking: bool = False
+  name: Optional[str] = dataclasses.field(default=None, compare=False)
+
+  def allowed_inputs(self, output_allowed: Any) -> Any:
+    """The representations the input may have, given those of the output.
+
+    Args:
+      output_allowed: an `Allowed`, or a (nested) list of them for a layer
+        with several outputs.
+
+    Returns:
+      An `Allowed`, or a list of them (one per input) for `parallel`.
+    """
+    if self.combination is None:
+      out = conjunction(output_allowed)
+      return Allowed(
+          _allowed_input(self.requirements.diagonal_batch, out.diagonal_batch),
+          _allowed_input(self.requirements.diagonal_spatial,
+                         out.diagonal_spatial))
+    if self.combination == Combination.SERIAL:
+      for part in reversed(self.parts):
+        output_allowed = part.allowed_inputs(output_allowed)
+      return output_allowed
+    if self.combination == Combination.PARALLEL:
+      if isinstance(output_allowed, Allowed):
+        output_allowed = [output_allowed] * len(self.parts)
+      return [p.allowed_inputs(a) for p, a in zip(self.parts, output_allowed)]
+    # REPEAT: the allowances reach a fixed point after a few applications.
+    for _ in range(self.depth):
+      new = self.parts[0].allowed_inputs(output_allowed)
+      if new == output_allowed:
+        break
+      output_allowed = new
+    return output_allowed
+
+  @property
+  def output_diagonal(self) -> Bool:
+    """Whether the output's spatial off-diagonal entries are always zero."""
+    if self.combination is None:
+      return self.requirements.diagonal_spatial.output
+    if self.combination == Combination.PARALLEL or not self.parts:
+      return Bool.NO
+    return self.parts[-1].output_diagonal
+
+  @property
+  def needs_full_spatial(self) -> bool:
+    """Whether the layer needs full spatial covariances whatever follows."""
+    return not conjunction(
+        self.allowed_inputs(Allowed(True, True))).diagonal_spatial
+
+
+def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
+  """The spec of `specs`' layers applied in order (`serial`).
+
+  A chain of layers that each declare their requirements is one `Requirements`
+  (`>>` of theirs); a chain with a combination in it keeps its parts. Masks
+  ride along with the kernels, and each layer checks its own.
+
+  Example:
+    >>> a = KernelSpec(Requirements(Diagonal(), Diagonal(input=Bool.YES)))
+    >>> compose([a, a]).requirements.diagonal_spatial
+    Diagonal(input=<Bool.YES: 2>, output=<Bool.NO: 0>)
+  """
+  specs = tuple(specs)
+  axes = next((s.input_axes for s in specs if s.input_axes is not None), None)
+  if specs and all(s.combination is None for s in specs):
+    return KernelSpec(
+        requirements=functools.reduce(operator.rshift,
+                                      [s.requirements for s in specs]),
+        input_axes=axes, supports_masking=True)
+  return KernelSpec(requirements=None, combination=Combination.SERIAL,
+                    parts=specs, input_axes=axes, supports_masking=True)
+
+
+def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
+  """The spec of `specs`' layers applied to one input each (`parallel`).
+
+  Example:
+    >>> spec = in_parallel([KernelSpec(), KernelSpec(UNDECLARED)])
+    >>> spec.allowed_inputs(Allowed(True, True))
+    [Allowed(diagonal_batch=True, diagonal_spatial=True),
+     Allowed(diagonal_batch=False, diagonal_spatial=False)]
+  """
+  specs = tuple(specs)
+  return KernelSpec(requirements=None, combination=Combination.PARALLEL,
+                    parts=specs, input_axes=[s.input_axes for s in specs],
+                    supports_masking=True)
+
+
+def repeated(spec: KernelSpec, n: int) -> KernelSpec:
+  """The spec of `spec`'s layer applied `n` times (`repeat`).
+
+  `repeat` does not handle masked inputs.
+
+  Example:
+    >>> repeated(KernelSpec(), 3).allowed_inputs(Allowed(True, False))
+    Allowed(diagonal_batch=True, diagonal_spatial=False)
+  """
+  return KernelSpec(requirements=None, combination=Combination.REPEAT,
+                    parts=(spec,), depth=n, input_axes=spec.input_axes,
+                    supports_masking=False)
+
+
+# -----------------------------------------------------------------------------
+# Reading and attaching specs.
+
+
+def with_spec(kernel_op: Callable, spec: KernelSpec) -> Callable:
+  """Attaches `spec` to `kernel_op` (its `kernel_spec`) and returns the op."""
+  kernel_op.kernel_spec = spec
+  return kernel_op
+
+
+def _declared_spec(fn: Callable) -> Optional[KernelSpec]:
+  return getattr(getattr(fn, 'kernel_op', fn), 'kernel_spec', None)
+
+
+def kernel_spec(kernel_fn: Callable) -> KernelSpec:
+  """The spec of a kernel op or of a layer's public `kernel_fn`.
+
+  A `kernel_fn` written by hand (no `@requires`, no `@layer`) gets the
+  default spec: full covariances (`UNDECLARED`), no declared axes, no masking.
+
+  Example:
+    >>> kernel_spec(lambda k: k).requirements == UNDECLARED
+    True
+    >>> kernel_spec(stax.Dense(1)[2]).supports_masking
+    True
+  """
+  spec = _declared_spec(kernel_fn)
+  if spec is not None:
+    return spec
+  return KernelSpec(requirements=UNDECLARED,
+                    name=getattr(kernel_fn, '__name__', 'kernel_fn'))
+
+
+def is_layer_kernel_fn(kernel_fn: Callable) -> bool:
+  """Whether `kernel_fn` is the public kernel function of a stax layer."""
+  return hasattr(kernel_fn, 'kernel_op')
+
+
+def layer_name(kernel_op: Callable) -> str:
+  """A kernel op's layer name, for messages."""
+  return kernel_spec(kernel_op).name or getattr(kernel_op, '__name__',
+                                                'a layer')
+
+
+def kernel_op_of(kernel_fn: Callable) -> Callable:
+  """The `Kernel -> Kernel` op behind a public `kernel_fn`.
+
+  A user-written `kernel_fn` without `@requires` (and not made by `@layer`)
+  gets the default spec (see `kernel_spec`) and only the keyword arguments it
+  names (see `undeclared_kernel_op`).
+  """
+  op = getattr(kernel_fn, 'kernel_op', kernel_fn)
+  if _declared_spec(op) is not None:
+    return op
+  return undeclared_kernel_op(op)
+
+
+def _accepted_kwargs(fn: Callable) -> Optional[frozenset[str]]:
+  """Keyword names `fn` accepts, or `None` if it takes `**kwargs`."""
+  try:
+    params = inspect.signature(fn).parameters.values()
+  except (TypeError, ValueError):
+    return None
+  if any(p.kind == p.VAR_KEYWORD for p in params):
+    return None
+  return frozenset(p.name for p in params
+                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def undeclared_kernel_op(kernel_fn: Callable) -> Callable:
+  """A kernel op for a `kernel_fn(k, **kwargs)` declaring no requirements.
+
+  It is given full covariances (the requirement
+  `Diagonal(input=Bool.NO)` for both the batch and the spatial axes), and only
+  the keyword arguments its signature names (all of them if it takes
+  `**kwargs`).
+
+  Example:
+    >>> def kernel_fn(k, **kwargs):  # No `@requires`.
+    ...   return k.replace(nngp=2 * k.nngp, ntk=2 * k.ntk)
+    >>> op = undeclared_kernel_op(kernel_fn)
+    >>> kernel_spec(op).allowed_inputs(Allowed(True, True))
+    Allowed(diagonal_batch=False, diagonal_spatial=False)
+  """
+  accepted = _accepted_kwargs(kernel_fn)
+
+  @functools.wraps(kernel_fn)
+  def kernel_op(k, **kwargs):
+    if accepted is not None:
+      kwargs = {n: v for n, v in kwargs.items() if n in accepted}
+    return kernel_fn(k, **kwargs)
+
+  return with_spec(kernel_op, kernel_spec(kernel_fn))
