@@ -470,5 +470,32 @@ class FourDevicesTest(BatchTestCase):
       self.assertLess(err, 2e-4, name)
 
 
+class ModuleLayoutTest(BatchTestCase):
+
+  def test_split_modules_are_reexported(self):
+    from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src import batching_assembly  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src import batching_split  # pylint: disable=g-import-not-at-top
+    for name in ('partition_static', 'merge_static', '_Grid', '_classify_kwarg',
+                 '_is_array', '_take', '_stack'):
+      self.assertIs(getattr(batching, name), getattr(batching_split, name))
+    for name in ('_Assembler', '_leaf_specs', '_transpose_pair', '_Role'):
+      self.assertIs(getattr(batching, name), getattr(batching_assembly, name))
+    self.assertIs(nt.batch, batching.batch)
+
+  def test_transposed_blocks_only_for_layer_kernel_fns(self):
+    from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
+    x = jnp.ones((4, 3))
+    block_fn = batching._BlockFunction(kernel_fn, jax.local_devices()[:1])
+    analytic = batching._Computation(kernel_fn, block_fn, x, None, (), {}, 2,
+                                     True, False)
+    self.assertTrue(analytic.analytic)
+    plain = lambda x1, x2=None, get=None: kernel_fn(x1, x2, get)
+    other = batching._Computation(plain, block_fn, x, None, (), {}, 2, True,
+                                  False)
+    self.assertFalse(other.analytic)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -16,42 +16,61 @@ which fits in memory, and which can run on several devices at once. With
 spatial axes `(S_k, S_k')`), so only the blocks on and above the diagonal are
 computed.
 
+Splitting the blocks off a call and assembling their outputs are in
+`batching_split` and `batching_assembly`.
+
 Example:
-  >>> import neural_tangents as nt
-  >>> from neural_tangents import stax
   >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
   ...                               stax.Dense(1))
-  >>> batched_kernel_fn = nt.batch(kernel_fn, batch_size=256)
-  >>> batched_kernel_fn(x1, x2, 'ntk')  # == kernel_fn(x1, x2, 'ntk')
+  >>> batched_kernel_fn = nt.batch(kernel_fn, batch_size=2)
+  >>> ntk = batched_kernel_fn(x1, x2, 'ntk')  # 2 x 1 blocks
+  >>> bool(jnp.allclose(ntk, kernel_fn(x1, x2, 'ntk'), rtol=1e-5))
+  True
 """
-import dataclasses
-import enum
 import functools
-import math
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
 from neural_tangents._src import empirical
+# The block splitting and assembly, re-exported: this module keeps every name.
+# pylint: disable=unused-import
+from neural_tangents._src.batching_assembly import _assemble_on_device
+from neural_tangents._src.batching_assembly import _Assembler
+from neural_tangents._src.batching_assembly import _concatenate_pairs
+from neural_tangents._src.batching_assembly import _FIELD_ROLES
+from neural_tangents._src.batching_assembly import _key_name
+from neural_tangents._src.batching_assembly import _leaf_specs
+from neural_tangents._src.batching_assembly import _LeafSpec
+from neural_tangents._src.batching_assembly import _Role
+from neural_tangents._src.batching_assembly import _transpose_pair
+from neural_tangents._src.batching_split import _classify_kwarg
+from neural_tangents._src.batching_split import _Grid
+from neural_tangents._src.batching_split import _hashable
+from neural_tangents._src.batching_split import _is_array
+from neural_tangents._src.batching_split import _is_key
+from neural_tangents._src.batching_split import _leading_dim_is
+from neural_tangents._src.batching_split import _leaves_with_axes
+from neural_tangents._src.batching_split import _REPRESENTATION_KWARGS
+from neural_tangents._src.batching_split import _SHARED_KWARGS
+from neural_tangents._src.batching_split import _Split
+from neural_tangents._src.batching_split import _stack
+from neural_tangents._src.batching_split import _Static
+from neural_tangents._src.batching_split import _take
+from neural_tangents._src.batching_split import _Task
+from neural_tangents._src.batching_split import merge_static
+from neural_tangents._src.batching_split import partition_static
+# pylint: enable=unused-import
+from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils.kernel import Kernel
 
 # Name of the mesh axis that blocks are spread over.
 _DEVICES = 'devices'
-
-# Keyword arguments that are never split with the blocks: a random key is
-# shared by every block, as by the unbatched call.
-_SHARED_KWARGS = frozenset({'rng'})
-
-# Keyword arguments that describe the representation asked for; they are
-# static (Python bools / strings) and never split.
-_REPRESENTATION_KWARGS = frozenset({'get', 'diagonal_batch',
-                                    'diagonal_spatial'})
 
 
 def batch(kernel_fn: Callable[..., Any],
@@ -138,8 +157,10 @@ def batch(kernel_fn: Callable[..., Any],
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
-    >>> kernel_fn = nt.batch(kernel_fn, batch_size=128, store_on_device=False)
-    >>> k = kernel_fn(x_train, None, 'ntk')  # numpy (N, N), built 128 x 128
+    >>> kernel_fn = nt.batch(kernel_fn, batch_size=2, store_on_device=False)
+    >>> k = kernel_fn(x1, None, 'ntk')  # numpy (N, N), built 2 x 2
+    >>> type(k).__name__, k.shape
+    ('ndarray', (3, 3))
   """
   _check_batch_size(batch_size)
   devices = _devices(device_count)
@@ -230,231 +251,6 @@ def _tqdm() -> Callable[..., Any]:
 
 
 # -----------------------------------------------------------------------------
-# Splitting arguments into static and dynamic (array) parts, for `jax.jit`.
-
-
-def _is_array(x: Any) -> bool:
-  return isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
-
-
-def _is_key(x: Any) -> bool:
-  return _is_array(x) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-  """The non-array part of a pytree: hashable, so a `jit` static argument."""
-  treedef: Any
-  is_array: tuple[bool, ...]
-  values: tuple[Any, ...]
-
-
-def partition_static(tree: Any) -> tuple[_Static, list[Any]]:
-  """Splits a pytree into its static part and its list of array leaves.
-
-  Args:
-    tree: any pytree (e.g. `(args, kwargs)` of a call).
-
-  Returns:
-    `(static, arrays)`, with `merge_static(static, arrays) == tree`.
-
-  Raises:
-    TypeError: if a non-array leaf is not hashable.
-  """
-  leaves, treedef = jax.tree_util.tree_flatten(tree)
-  is_array = tuple(_is_array(x) for x in leaves)
-  values = tuple(None if a else x for a, x in zip(is_array, leaves))
-  try:
-    hash(values)
-  except TypeError:
-    bad = [x for x in values if not _hashable(x)]
-    raise TypeError(
-        'Arguments of a batched or Monte Carlo kernel function must be arrays '
-        f'or hashable values; got {type(bad[0]).__name__} {bad[0]!r}. Pass it '
-        'as an array or a tuple.') from None
-  return (_Static(treedef, is_array, values),
-          [x for a, x in zip(is_array, leaves) if a])
-
-
-def merge_static(static: _Static, arrays: Sequence[Any]) -> Any:
-  """Inverse of `partition_static`."""
-  arrays = iter(arrays)
-  leaves = [next(arrays) if a else v
-            for a, v in zip(static.is_array, static.values)]
-  return jax.tree_util.tree_unflatten(static.treedef, leaves)
-
-
-def _hashable(x: Any) -> bool:
-  try:
-    hash(x)
-    return True
-  except TypeError:
-    return False
-
-
-# -----------------------------------------------------------------------------
-# Which keyword arguments are split with the blocks.
-
-
-class _Split(enum.Enum):
-  SHARED = 0
-  SINGLE = 1  # One array per example of both inputs.
-  PAIR = 2  # `(per example of x1, per example of x2)`.
-
-
-def _leading_dim_is(x: Any, n: int) -> bool:
-  return (_is_array(x) and not _is_key(x) and np.ndim(x) >= 1 and
-          x.shape[0] == n)
-
-
-def _classify_kwarg(name: str, value: Any, n1: int, n2: int,
-                    symmetric: bool) -> _Split:
-  """How keyword argument `name` is split (see `batch`'s docstring)."""
-  if name in _SHARED_KWARGS or name in _REPRESENTATION_KWARGS:
-    return _Split.SHARED
-  if isinstance(value, (tuple, list)) and len(value) == 2:
-    a1, a2 = value
-    if ((a1 is not None or a2 is not None) and
-        (a1 is None or _leading_dim_is(a1, n1)) and
-        (a2 is None or _leading_dim_is(a2, n2))):
-      return _Split.PAIR
-  if _leading_dim_is(value, n1) and (symmetric or n1 == n2):
-    return _Split.SINGLE
-  return _Split.SHARED
-
-
-# -----------------------------------------------------------------------------
-# The block grid.
-
-
-@dataclasses.dataclass(frozen=True)
-class _Grid:
-  """Blocks of `n1` x `n2` examples, `b1` x `b2` at a time.
-
-  `symmetric` is `x2=None`: then `n2 == n1`, `b2 == b1`.
-  """
-  n1: int
-  n2: int
-  b1: int
-  b2: int
-  symmetric: bool
-
-  @property
-  def nb1(self) -> int:
-    return math.ceil(self.n1 / self.b1)
-
-  @property
-  def nb2(self) -> int:
-    return math.ceil(self.n2 / self.b2)
-
-  def rows(self, i: int, side: int) -> tuple[int, int]:
-    """`(start, stop)` of block `i` of side 1 (`x1`) or 2 (`x2`), unpadded."""
-    n, b = (self.n1, self.b1) if side == 1 else (self.n2, self.b2)
-    return i * b, min((i + 1) * b, n)
-
-  def indices(self, i: int, side: int) -> np.ndarray:
-    """Example indices of block `i`, padded by repeating the last example."""
-    n, b = (self.n1, self.b1) if side == 1 else (self.n2, self.b2)
-    return np.minimum(np.arange(i * b, (i + 1) * b), n - 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Task:
-  """Block `(i, j)`; `diagonal` blocks of symmetric grids get `x2=None`."""
-  i: int
-  j: int
-  diagonal: bool
-
-
-# -----------------------------------------------------------------------------
-# Roles of output leaves.
-
-
-class _Role(enum.Enum):
-  PAIR = 0  # (N1, N2, ...): nngp, ntk and other kernels between x1 and x2.
-  SELF1 = 1  # cov1
-  SELF2 = 2  # cov2
-  MASK1 = 3
-  MASK2 = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class _LeafSpec:
-  """How one output leaf is assembled from blocks.
-
-  Attributes:
-    path: the leaf's path in the output pytree.
-    role: which examples the leaf is indexed by.
-    transposable: (`PAIR`) whether the transpose of block `(i, j)` is known to
-      be block `(j, i)` of a symmetric computation.
-    diagonal_spatial: (`PAIR`) whether spatial axes are single (not pairs).
-    diagonal_batch: (`SELF*`) whether the leaf is `(N, ...)`, not
-      `(N, N, ...)`.
-    axis: (`MASK*`) the batch axis of the mask.
-  """
-  path: str
-  role: _Role
-  transposable: bool = True
-  diagonal_spatial: bool = False
-  diagonal_batch: bool = True
-  axis: int = 0
-
-
-_FIELD_ROLES = {'nngp': _Role.PAIR, 'ntk': _Role.PAIR, 'cov1': _Role.SELF1,
-                'cov2': _Role.SELF2, 'mask1': _Role.MASK1,
-                'mask2': _Role.MASK2}
-
-
-def _key_name(key: Any) -> Optional[str]:
-  return getattr(key, 'name', None)
-
-
-def _leaf_specs(out: Any, get: Any, kwargs: dict[str, Any],
-                analytic: bool) -> list[_LeafSpec]:
-  """Specs of the leaves of a block's output, in `tree_leaves` order."""
-  kernels = {
-      path: k for path, k in jax.tree_util.tree_flatten_with_path(
-          out, is_leaf=lambda x: isinstance(x, Kernel))[0]
-      if isinstance(k, Kernel)}
-  default_role = (_FIELD_ROLES.get(get, _Role.PAIR) if isinstance(get, str)
-                  else _Role.PAIR)
-  specs = []
-  for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
-    kernel = next((k for p, k in kernels.items()
-                   if path[:len(p)] == p), None)
-    name = next((_key_name(key) for key in reversed(path)
-                 if _key_name(key) in _FIELD_ROLES), None)
-    role = _FIELD_ROLES[name] if name is not None else default_role
-    if kernel is not None:
-      diagonal_batch = kernel.diagonal_batch
-      diagonal_spatial = kernel.diagonal_spatial
-      axis = kernel.batch_axis % max(np.ndim(leaf), 1)
-      transposable = True
-    else:
-      diagonal_batch = bool(kwargs.get('diagonal_batch', True))
-      diagonal_spatial = bool(kwargs.get('diagonal_spatial', False))
-      axis = 0
-      # Outside of the analytic layout, the transpose of a kernel with more
-      # axes than the two batch axes is not known: compute those blocks.
-      transposable = analytic or np.ndim(leaf) == 2
-    specs.append(_LeafSpec(jax.tree_util.keystr(path), role, transposable,
-                           diagonal_spatial, diagonal_batch, axis))
-  return specs
-
-
-def _transpose_pair(block: Any, diagonal_spatial: bool) -> Any:
-  """`K(x_j, x_i)` from `K(x_i, x_j)`: swaps batch axes and spatial pairs."""
-  order = [1, 0]
-  n_rest = block.ndim - 2
-  if diagonal_spatial:
-    order += list(range(2, block.ndim))
-  else:
-    for s in range(n_rest // 2):
-      order += [3 + 2 * s, 2 + 2 * s]
-  return block.transpose(order)
-
-
-# -----------------------------------------------------------------------------
 # Computing blocks: jitted, one device or sharded over several.
 
 
@@ -493,19 +289,6 @@ class _BlockFunction:
         in_specs=(stacked, stacked, stacked, PartitionSpec()),
         out_specs=stacked, check_vma=False)(x1, x2, split_kwargs, shared)
 
-
-def _take(x: Any, indices: np.ndarray, axis: int) -> Any:
-  if isinstance(x, np.ndarray):
-    return np.take(x, indices, axis=axis)
-  return jnp.take(x, indices, axis=axis)
-
-
-def _stack(trees: Sequence[Any]) -> Any:
-  def stack(*xs):
-    if all(isinstance(x, np.ndarray) for x in xs):
-      return np.stack(xs)
-    return jnp.stack(xs)
-  return jax.tree_util.tree_map(stack, *trees)
 
 
 # -----------------------------------------------------------------------------
@@ -546,7 +329,7 @@ class _Computation:
                      if self.split[name] == _Split.SHARED}
     self.static, self.shared = partition_static((self.args, shared_kwargs))
     self.get = self._get()
-    self.analytic = hasattr(kernel_fn, 'kernel_op')
+    self.analytic = protocol.is_layer_kernel_fn(kernel_fn)
 
   # --- inputs ---------------------------------------------------------------
 
@@ -810,15 +593,6 @@ def _map_kernels(fn: Callable[[Kernel], Any], tree: Any) -> Any:
                                 is_leaf=lambda x: isinstance(x, Kernel))
 
 
-def _leaves_with_axes(x: Any, axes: Any) -> list[tuple[Any, int]]:
-  """`(leaf, batch axis)` for every leaf of inputs `x`."""
-  out = []
-  jax.tree_util.tree_map(
-      lambda a, xi: out.extend((l, a) for l in jax.tree_util.tree_leaves(xi)),
-      axes, x)
-  return out
-
-
 def _is_get(x: Any) -> bool:
   """Whether a positional argument is `get` (not, e.g., `params`)."""
   if x is None or isinstance(x, str):
@@ -834,178 +608,3 @@ def _shard(x: jax.Array, t: int) -> jax.Array:
     if start == t:
       return shard.data[0]
   return x[t]
-
-
-# -----------------------------------------------------------------------------
-# Assembling blocks.
-
-
-class _Assembler:
-  """Collects block outputs and assembles each leaf of the full output.
-
-  On host, every leaf is a preallocated numpy array written block by block,
-  so peak memory is the kernel plus one block. On device, blocks are kept
-  and concatenated by one jitted function at the end.
-  """
-
-  def __init__(self, specs: list[_LeafSpec], grid: _Grid, on_host: bool):
-    self.specs = specs
-    self.grid = grid
-    self.on_host = on_host
-    self.transpose = True  # Fill blocks below the diagonal by transposing.
-    self.host = [None] * len(specs)
-    self.blocks = [dict() for _ in specs]
-
-  def add(self, task: _Task, out: Any) -> None:
-    leaves = dict((jax.tree_util.keystr(p), x) for p, x in
-                  jax.tree_util.tree_flatten_with_path(out)[0])
-    for n, spec in enumerate(self.specs):
-      if spec.path not in leaves:
-        continue
-      block = leaves[spec.path]
-      key = self._key(spec, task)
-      if key is None:
-        continue
-      self._check_shape(spec, block)
-      if self.on_host:
-        self._write(n, spec, key, block)
-      else:
-        self.blocks[n][key] = block
-
-  def _key(self, spec: _LeafSpec, task: _Task) -> Any:
-    """Where `task`'s block of this leaf goes, or None if it is not needed."""
-    g = self.grid
-    if spec.role == _Role.PAIR:
-      return (task.i, task.j)
-    if spec.role in (_Role.SELF1, _Role.SELF2) and not spec.diagonal_batch:
-      return None  # Computed as the NNGP of the inputs with themselves.
-    first = spec.role in (_Role.SELF1, _Role.MASK1)
-    if g.symmetric:
-      return task.i if task.diagonal else None
-    if first:
-      return task.i if task.j == 0 else None
-    return task.j if task.i == 0 else None
-
-  def _check_shape(self, spec: _LeafSpec, block: Any) -> None:
-    g = self.grid
-    if spec.role == _Role.PAIR:
-      expected = (g.b1, g.b2)
-      actual = tuple(np.shape(block)[:2])
-    elif spec.role in (_Role.MASK1, _Role.MASK2):
-      return
-    else:
-      expected = ((g.b1,) if spec.role == _Role.SELF1 or g.symmetric
-                  else (g.b2,))
-      actual = tuple(np.shape(block)[:1])
-    if actual != expected:
-      raise ValueError(
-          f'`batch` cannot assemble output {spec.path or "array"} of shape '
-          f'{np.shape(block)} on a block of {g.b1} x {g.b2} examples: '
-          f'expected leading dimensions {expected} ({spec.role.name.lower()} '
-          'layout). Use batch_size=0 for kernel functions whose outputs are '
-          'not indexed by examples.')
-
-  def _mask_is_batched(self, spec: _LeafSpec, block: Any) -> bool:
-    b = self.grid.b1 if spec.role == _Role.MASK1 or self.grid.symmetric else (
-        self.grid.b2)
-    return np.ndim(block) > spec.axis and np.shape(block)[spec.axis] == b
-
-  def _write(self, n: int, spec: _LeafSpec, key: Any, block: Any) -> None:
-    g = self.grid
-    block = np.asarray(block)
-    if spec.role == _Role.PAIR:
-      i, j = key
-      if self.host[n] is None:
-        self.host[n] = np.empty((g.n1, g.n2) + block.shape[2:], block.dtype)
-      r0, r1 = g.rows(i, 1)
-      c0, c1 = g.rows(j, 2)
-      self.host[n][r0:r1, c0:c1] = block[:r1 - r0, :c1 - c0]
-      if g.symmetric and i != j and self.transpose:
-        self.host[n][c0:c1, r0:r1] = _transpose_pair(
-            block, spec.diagonal_spatial)[:c1 - c0, :r1 - r0]
-      return
-    side = 1 if spec.role in (_Role.SELF1, _Role.MASK1) or g.symmetric else 2
-    n_examples = g.n1 if side == 1 else g.n2
-    axis = spec.axis if spec.role in (_Role.MASK1, _Role.MASK2) else 0
-    if spec.role in (_Role.MASK1, _Role.MASK2) and not self._mask_is_batched(
-        spec, block):
-      self.host[n] = block  # Broadcast over examples: the same in every block.
-      return
-    if self.host[n] is None:
-      shape = list(block.shape)
-      shape[axis] = n_examples
-      self.host[n] = np.empty(shape, block.dtype)
-    r0, r1 = g.rows(key, side)
-    target = [slice(None)] * block.ndim
-    target[axis] = slice(r0, r1)
-    source = [slice(None)] * block.ndim
-    source[axis] = slice(0, r1 - r0)
-    self.host[n][tuple(target)] = block[tuple(source)]
-
-  def finish(self) -> list[Any]:
-    """The assembled leaves (`None` for full covariances, filled later)."""
-    if self.on_host:
-      return self.host
-    if self.grid.nb1 == 1 and self.grid.nb2 == 1:
-      # One unpadded block is the result: no copy.
-      return [next(iter(blocks.values())) if blocks else None
-              for blocks in self.blocks]
-    blocks, layouts = zip(*(self._device_layout(spec, blocks)
-                            for spec, blocks in zip(self.specs, self.blocks)))
-    # One jitted function for all leaves: one compilation per call signature.
-    return _assemble_on_device(list(blocks), layouts=tuple(layouts))
-
-  def _device_layout(self, spec: _LeafSpec,
-                     blocks: dict[Any, Any]) -> tuple[Any, tuple[Any, ...]]:
-    """`(blocks, static layout)` of one leaf for `_assemble_on_device`."""
-    g = self.grid
-    if not blocks:
-      return None, ('none',)
-    if spec.role == _Role.PAIR:
-      grid = [[blocks.get((i, j)) for j in range(g.nb2)]
-              for i in range(g.nb1)]
-      return grid, ('pair', g.n1, g.n2, g.symmetric and self.transpose,
-                    spec.diagonal_spatial)
-    side = 1 if spec.role in (_Role.SELF1, _Role.MASK1) or g.symmetric else 2
-    ordered = [blocks[k] for k in sorted(blocks)]
-    n = g.n1 if side == 1 else g.n2
-    if spec.role in (_Role.MASK1, _Role.MASK2):
-      if not self._mask_is_batched(spec, ordered[0]):
-        return ordered[0], ('first',)
-      return ordered, ('concatenate', spec.axis, n)
-    return ordered, ('concatenate', 0, n)
-
-
-@functools.partial(jax.jit, static_argnames=('layouts',))
-def _assemble_on_device(blocks: list[Any],
-                        layouts: tuple[tuple[Any, ...], ...]) -> list[Any]:
-  """Assembles every leaf from its blocks, as `layouts` describe."""
-  out = []
-  for leaf_blocks, layout in zip(blocks, layouts):
-    kind = layout[0]
-    if kind == 'none':
-      out.append(None)
-    elif kind == 'first':
-      out.append(leaf_blocks)
-    elif kind == 'pair':
-      _, n1, n2, transpose, diagonal_spatial = layout
-      out.append(_concatenate_pairs(leaf_blocks, n1, n2, transpose,
-                                    diagonal_spatial))
-    else:
-      _, axis, n = layout
-      out.append(jax.lax.slice_in_dim(
-          jnp.concatenate(leaf_blocks, axis=axis), 0, n, axis=axis))
-  return out
-
-
-def _concatenate_pairs(grid: list[list[Any]], n1: int, n2: int,
-                       transpose: bool, diagonal_spatial: bool) -> jax.Array:
-  """Tiles blocks `grid[i][j]` (`None` below the diagonal if `transpose`)."""
-  rows = []
-  for i, row in enumerate(grid):
-    blocks = [
-        _transpose_pair(grid[j][i], diagonal_spatial)
-        if block is None and transpose else block
-        for j, block in enumerate(row)]
-    rows.append(jnp.concatenate(blocks, axis=1))
-  return jnp.concatenate(rows, axis=0)[:n1, :n2]
