@@ -371,9 +371,6 @@ def is_kernel_tree(x: Any) -> bool:
           all(is_kernel_tree(xi) for xi in x))
 
 
-_is_kernel_tree = is_kernel_tree
-
-
 def _map_inputs(fn: Callable, x1: Any, x2: Any) -> Any:
   """Maps `fn(x1_leaf, x2_leaf)` over (list/tuple) pytrees of inputs."""
   if isinstance(x1, (list, tuple)):
@@ -553,9 +550,6 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
   return new_layer_fn
 
 
-layer_name = protocol.layer_name
-
-
 def _spatially_diagonal(k: Any) -> bool:
   if isinstance(k, (list, tuple)):
     return any(_spatially_diagonal(ki) for ki in k)
@@ -585,7 +579,7 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
     return
   if not kernel_spec(consumer).needs_full_spatial:
     return
-  p, c = layer_name(producer), layer_name(consumer)
+  p, c = protocol.layer_name(producer), protocol.layer_name(consumer)
   raise ValueError(
       f'Layers `{p}` and `{c}` cannot agree on a kernel representation: `{c}` '
       'needs the full spatial covariance of its input (diagonal_spatial='
