@@ -1,6 +1,8 @@
-"""Layers made of layers: `serial` and `parallel`.
+"""Layers made of layers: `serial`, `parallel` and `repeat`.
 
-A combinator is itself a layer `(init_fn, apply_fn, kernel_fn)`.
+A combinator is itself a layer `(init_fn, apply_fn, kernel_fn)`, whose
+`KernelSpec` is built from its layers' by `protocol.compose` (`serial`),
+`protocol.in_parallel` (`parallel`) and `protocol.repeated` (`repeat`).
 """
 import dataclasses
 from typing import Any, Callable, NamedTuple, Optional, Sequence
