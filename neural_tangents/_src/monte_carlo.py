@@ -38,6 +38,7 @@ from neural_tangents._src.empirical import empirical_kernel_fn
 from neural_tangents._src.empirical import is_single_key
 from neural_tangents._src.empirical import NtkImplementation
 from neural_tangents._src.empirical import read_rng
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
 
@@ -310,10 +311,11 @@ def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
 
 
 def _check_get(get: Any) -> Any:
-  names = (get,) if isinstance(get, str) else get
-  if get is None or (isinstance(names, (tuple, list)) and names and
-                     all(n in _KERNEL_NAMES for n in names)):
-    return tuple(get) if isinstance(get, list) else get
-  raise ValueError(
-      f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
-      "'nngp', 'ntk', a tuple of them, or None for both.")
+  """`get` as a hashable (static) argument: None, a name or a tuple of names."""
+  try:
+    names, single = arguments.parse_get(get, _KERNEL_NAMES)
+  except ValueError as e:
+    raise ValueError(
+        f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
+        f"'nngp', 'ntk', a tuple of them, or None for both. {e}") from None
+  return names[0] if single else names
