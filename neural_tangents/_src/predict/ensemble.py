@@ -225,12 +225,13 @@ def gradient_descent_mse_ensemble(
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
     >>> predict_fn = nt.predict.gradient_descent_mse_ensemble(
     ...     kernel_fn, x_train, y_train, diag_reg=1e-4)
     >>> out = predict_fn(t=jnp.array([1., 100.]), x_test=x_test,
     ...                  get=('ntk', 'ntkgp'), compute_cov=True)
-    >>> out.ntkgp.mean.shape, out.ntkgp.covariance.shape
-    ((2, N_test, 1), (2, N_test, N_test))
+    >>> out.ntkgp.mean.shape, out.ntkgp.covariance.shape  # (t, N_test, ...)
+    ((2, 2, 1), (2, 2, 2))
 
   [3] He, Lakshminarayanan, Teh. "Bayesian Deep Ensembles via the Neural
       Tangent Kernel." NeurIPS 2020.

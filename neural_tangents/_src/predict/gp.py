@@ -88,9 +88,15 @@ def gp_inference(
     unregularized kernel).
 
   Example:
-    >>> predict_fn = nt.predict.gp_inference(k_train_train, y_train,
-    ...                                      diag_reg=1e-3)
-    >>> mean, cov = predict_fn('ntkgp', k_test_train, k_test_test)
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+    >>> predict_fn = nt.predict.gp_inference(kernel_fn(x_train, None),
+    ...                                      y_train, diag_reg=1e-3)
+    >>> mean, cov = predict_fn('ntkgp', kernel_fn(x_test, x_train),
+    ...                        kernel_fn(x_test, None))
+    >>> mean.shape, cov.shape
+    ((2, 1), (2, 2))
   """
   y_train = jnp.asarray(y_train)
   layout = _layout(y_train, trace_axes)

@@ -78,11 +78,16 @@ def gradient_descent_mse(
       `trace_axes`, or the kernel is not finite.
 
   Example:
-    >>> predict_fn = nt.predict.gradient_descent_mse(k_train_train, y_train)
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.array([[1.], [-1.], [0.5]]), x2
+    >>> predict_fn = nt.predict.gradient_descent_mse(
+    ...     kernel_fn(x_train, None, 'ntk'), y_train)
     >>> fx_train_t, fx_test_t = predict_fn(
-    ...     t=jnp.array([1., 10.]), fx_train_0=fx_train_0,
-    ...     fx_test_0=fx_test_0, k_test_train=k_test_train)
-    >>> fx_test_t.shape  # (2, N_test, O)
+    ...     t=jnp.array([1., 10.]), fx_train_0=0.,
+    ...     k_test_train=kernel_fn(x_test, x_train, 'ntk'))
+    >>> fx_test_t.shape  # (t, N_test, O)
+    (2, 2, 1)
   """
   y_train = jnp.asarray(y_train)
   k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
@@ -168,9 +173,14 @@ def max_learning_rate(
     The critical learning rate `2 (1 + momentum) n / (lambda_max + eps)`.
 
   Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> ntk_train_train, y_train = kernel_fn(x1, None, 'ntk'), jnp.ones((3, 1))
     >>> lr = nt.predict.max_learning_rate(ntk_train_train, y_train.size)
     >>> predict_fn = nt.predict.gradient_descent_mse(ntk_train_train, y_train,
     ...                                              learning_rate=0.5 * lr)
+    >>> predict_fn(t=100.).shape
+    (3, 1)
   """
   k = _as_array_kernel(ntk_train_train, 'ntk_train_train')
   if k.ndim < 2 or k.ndim % 2 or k.shape[0] != k.shape[1]:

@@ -86,12 +86,18 @@ def gradient_descent(
       not match.
 
   Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(3))
+    >>> x_train, y_train, x_test = x1, jax.nn.one_hot(jnp.arange(3), 3), x2
     >>> cross_entropy = lambda fx, y_hat: -jnp.mean(
     ...     jax.nn.log_softmax(fx) * y_hat)
-    >>> predict_fn = nt.predict.gradient_descent(cross_entropy, k_train_train,
-    ...                                          y_train, 1., momentum=0.9)
-    >>> fx_train_t, fx_test_t = predict_fn(10., fx_train_0, fx_test_0,
-    ...                                    k_test_train)
+    >>> predict_fn = nt.predict.gradient_descent(
+    ...     cross_entropy, kernel_fn(x_train, None, 'ntk'), y_train, 1.,
+    ...     momentum=0.9)
+    >>> fx_train_t, fx_test_t = predict_fn(
+    ...     10., 0., 0., kernel_fn(x_test, x_train, 'ntk'))
+    >>> fx_train_t.shape, fx_test_t.shape
+    ((3, 3), (2, 3))
   """
   y_train = jnp.asarray(y_train)
   k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
