@@ -194,6 +194,33 @@ class StandardParameterizationTest(test_utils.NeuralTangentsTestCase):
     ntk_param = layer(2, (3,), padding='SAME', W_std=1.3, b_std=b_std)
     self.assertAllClose(k.nngp, kernels(ntk_param[2], x1, x2).nngp)
 
+  @parameterized.named_parameters(
+      ('bias', 0.2, (1, 1)),
+      ('no_bias', None, (1, 1)),
+      ('bias_s', 0.2, (3, 2)),
+      ('no_bias_s', None, (2, 3)),
+  )
+  def test_single_standard_conv_ntk_is_exact(self, b_std, s):
+    # The NTK of one standard layer `conv(x, W) / sqrt(s0) + b` in closed
+    # form: `sum_i x1[h + i] . x2[h' + i] / s0 + [1 with a bias]`, summed over
+    # the filter offsets `i` of the zero-padded ('SAME') inputs. A missing
+    # bias term or `s0` fails it; the Jacobian contraction agrees.
+    x1, x2 = inputs(*_1D)
+    init_fn, apply_fn, kernel_fn = stax.Conv(
+        2, (3,), padding='SAME', W_std=1.3, b_std=b_std,
+        parameterization='standard', s=s)
+    k = kernels(kernel_fn, x1, x2)
+    pad = lambda x: jnp.pad(x, ((0, 0), (1, 1), (0, 0)))
+    size = x1.shape[1]
+    expected = sum(
+        jnp.einsum('ahc,bgc->abhg', pad(x1)[:, i:i + size],
+                   pad(x2)[:, i:i + size]) for i in range(3)) / s[0]
+    expected += 0. if b_std is None else 1.
+    self.assertAllClose(k.ntk, expected)
+    _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2, 1,
+                                            key(0))
+    self.assertAllClose(ntk, expected)
+
   @parameterized.named_parameters(*_LAYERS)
   def test_params_have_width_s1_out_chan_and_nominal_fan_in(self, layer):
     # W ~ N(0, W_std^2 / (fan_in / s0)), `s1 * out_chan` output channels.
