@@ -14,7 +14,6 @@ from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsp_linalg
-import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import predict

@@ -3,7 +3,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from neural_tangents import stax
 from tests import test_utils

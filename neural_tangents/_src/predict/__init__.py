@@ -59,6 +59,7 @@ from neural_tangents._src.predict.layout import _as_array_kernel
 from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_fx
 from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _checked_train_kernel
 from neural_tangents._src.predict.layout import _expected_kernel_shape
 from neural_tangents._src.predict.layout import _is_kernel_like
 from neural_tangents._src.predict.layout import _kernel_to_matrix

@@ -162,3 +162,16 @@ def _check_fx(fx: Any, shape: tuple[int, ...], name: str) -> Array:
     raise ValueError(f'`{name}` has shape {fx.shape}, but the outputs have '
                      f'shape {shape}: pass a scalar or an array of shape '
                      f'{shape}.') from None
+
+
+def _checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
+                          ) -> tuple[Array, Array, _Layout]:
+  """`(y_train, k_train_train, layout)` as arrays, after checking that the
+  kernel is a finite array relating the `y_train` points."""
+  y_train = jnp.asarray(y_train)
+  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
+  layout = _layout(y_train, trace_axes)
+  _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
+                square=True)
+  _check_finite(k_train_train, 'k_train_train')
+  return y_train, k_train_train, layout

@@ -14,11 +14,10 @@ from neural_tangents._src.predict.flow import _regularize
 from neural_tangents._src.predict.flow import _relaxation
 from neural_tangents._src.predict.flow import _scaled_product
 from neural_tangents._src.predict.layout import _as_array_kernel
-from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_fx
 from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _checked_train_kernel
 from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _layout
 from neural_tangents._src.predict.layout import _matrix_to_outputs
 from neural_tangents._src.predict.layout import _outputs_to_matrix
 from neural_tangents._src.predict.layout import _test_shape
@@ -89,12 +88,8 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
-  y_train = jnp.asarray(y_train)
-  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
-  layout = _layout(y_train, trace_axes)
-  _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
-                square=True)
-  _check_finite(k_train_train, 'k_train_train')
+  y_train, k_train_train, layout = _checked_train_kernel(
+      k_train_train, y_train, trace_axes)
   dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   k = _kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
   eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))

@@ -8,11 +8,10 @@ from jax.experimental import ode
 import jax.numpy as jnp
 
 from neural_tangents._src.predict.layout import _as_array_kernel
-from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_fx
 from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _checked_train_kernel
 from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _layout
 from neural_tangents._src.predict.layout import _matrix_to_outputs
 from neural_tangents._src.predict.layout import _outputs_to_matrix
 from neural_tangents._src.predict.layout import _test_shape
@@ -99,12 +98,8 @@ def gradient_descent(
     >>> fx_train_t.shape, fx_test_t.shape
     ((3, 3), (2, 3))
   """
-  y_train = jnp.asarray(y_train)
-  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
-  layout = _layout(y_train, trace_axes)
-  _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
-                square=True)
-  _check_finite(k_train_train, 'k_train_train')
+  y_train, k_train_train, layout = _checked_train_kernel(
+      k_train_train, y_train, trace_axes)
   if momentum is not None and not 0. <= momentum < 1.:
     raise ValueError(f'`momentum` must be in [0, 1) or None; got {momentum}.')
   dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
