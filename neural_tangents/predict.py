@@ -3,9 +3,16 @@ of infinitely wide networks, GP inference, and ODE-solved descent on any loss.
 
 Example:
   >>> import neural_tangents as nt
-  >>> predict_fn = nt.predict.gradient_descent_mse(k_train_train, y_train)
-  >>> fx_train_t, fx_test_t = predict_fn(t, fx_train_0, fx_test_0,
-  ...                                    k_test_train)
+  >>> from neural_tangents import stax
+  >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+  ...                               stax.Dense(1))
+  >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+  >>> predict_fn = nt.predict.gradient_descent_mse(
+  ...     kernel_fn(x_train, None, 'ntk'), y_train)
+  >>> fx_train_t, fx_test_t = predict_fn(
+  ...     t=10., fx_train_0=0., k_test_train=kernel_fn(x_test, x_train, 'ntk'))
+  >>> fx_train_t.shape, fx_test_t.shape
+  ((3, 1), (2, 1))
 """
 # pylint: disable=unused-import
 from neural_tangents._src.predict import Gaussian

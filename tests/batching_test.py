@@ -24,7 +24,7 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src import empirical
-import test_utils
+from tests import test_utils
 
 _STATIC_FIELDS = ('x1_is_x2', 'is_gaussian', 'is_reversed', 'is_input',
                   'diagonal_batch', 'diagonal_spatial', 'shape1', 'shape2',
@@ -37,9 +37,7 @@ def _network(width=64, out=4):
 
 
 def _inputs(n1, n2, feature_shape=(3,)):
-  x1 = random.normal(random.PRNGKey(1), (n1,) + feature_shape)
-  x2 = random.normal(random.PRNGKey(2), (n2,) + feature_shape)
-  return x1, x2
+  return test_utils.random_inputs((n1,) + feature_shape, (n2,) + feature_shape)
 
 
 class BatchTestCase(test_utils.NeuralTangentsTestCase):

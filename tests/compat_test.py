@@ -18,7 +18,7 @@ import numpy as np
 
 from neural_tangents import predict
 from neural_tangents import stax
-import upstream_reference
+from tests import upstream_reference
 
 _KERNEL_RTOL = upstream_reference.RTOL
 _PREDICT_RTOL = 1e-8

@@ -20,7 +20,7 @@ import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src import empirical
 from neural_tangents._src.empirical import api as empirical_api
-import test_utils
+from tests import test_utils
 
 
 _IMPLEMENTATIONS = tuple(nt.NtkImplementation)

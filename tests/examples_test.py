@@ -5,6 +5,7 @@ first on `PYTHONPATH`; the checks are on its printed numbers: accuracies
 above chance, differences between methods that compute the same thing below
 a tolerance.
 """
+import importlib.util
 import os
 import re
 import subprocess
@@ -144,11 +145,12 @@ class ExamplesTest(absltest.TestCase):
 
 
 def _datasets_module():
-  sys.path.insert(0, _EXAMPLES)
-  try:
-    import datasets  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.remove(_EXAMPLES)
+  """`examples/datasets.py`, imported from its path (examples are scripts,
+  not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      'examples_datasets', os.path.join(_EXAMPLES, 'datasets.py'))
+  datasets = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(datasets)
   return datasets
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
-import test_utils
+from tests import test_utils
 
 _KEY = random.PRNGKey(42)
 _COUNTS = (4, 64)
@@ -42,9 +42,7 @@ def _network(readout, b_std=0.1):
 
 def _inputs():
   # Rows of different norms, so that normalization errors show.
-  x1 = random.normal(random.PRNGKey(1), (5, 4)) * jnp.arange(1, 6)[:, None] / 3
-  x2 = 2 * random.normal(random.PRNGKey(2), (3, 4))
-  return x1, x2
+  return test_utils.stax_inputs((5, 4), (3, 4), row_scale_denominator=3)
 
 
 @functools.lru_cache(maxsize=None)

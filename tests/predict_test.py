@@ -14,15 +14,11 @@ from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsp_linalg
-import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import predict
 
-try:
-  from tests import test_utils
-except ImportError:
-  import test_utils
+from tests import test_utils
 
 
 _W_STD = 1.5

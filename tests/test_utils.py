@@ -1,8 +1,16 @@
-"""Shared test fixtures: backend-dependent tolerances and a base test case."""
+"""Shared test fixtures: backend-dependent tolerances, a base test case, input
+batches, and Monte Carlo / empirical estimates of kernels of finite networks.
+
+Import it as `from tests import test_utils` (the repository root is on
+`sys.path` under `python -m pytest`).
+"""
+from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl.testing import parameterized
+
+import neural_tangents as nt
+from neural_tangents._src.utils import kernel as kernel_lib
 
 # Relative tolerances per (backend, dtype). GPU/TPU matmuls may use reduced
 # precision internally, so their float32 tolerances are looser.
@@ -157,14 +165,200 @@ def monte_carlo_errors(init_fn, apply_fn, kernel_fn, x1, x2, key=None,
   return relative_error(nngp, k.nngp), relative_error(ntk, k.ntk)
 
 
-def stax_inputs(shape1=(3, 6), shape2=(2, 6)):
+def random_inputs(shape1, shape2, x2_scale=1., seed=1):
+  """Standard normal `x1` (key `seed`) and `x2_scale` times a standard normal
+  `x2` (key `seed + 1`)."""
+  x1 = jax.random.normal(jax.random.PRNGKey(seed), shape1)
+  x2 = jax.random.normal(jax.random.PRNGKey(seed + 1), shape2)
+  return x1, x2 if x2_scale == 1. else x2_scale * x2
+
+
+def stax_inputs(shape1=(3, 6), shape2=(2, 6), row_scale_denominator=2):
   """Inputs `x1`, `x2` whose rows have different norms.
 
-  Rows of `x1` are scaled by 1/2, 1, 3/2, ... and `x2` by 2, so that a kernel
-  that wrongly assumes unit-norm inputs fails.
+  Rows of `x1` are scaled by 1/d, 2/d, 3/d, ... (`d = row_scale_denominator`)
+  and `x2` by 2, so that a kernel that wrongly assumes unit-norm inputs fails.
   """
   x1 = jax.random.normal(jax.random.PRNGKey(1), shape1)
   x1 = x1 * jnp.arange(1, shape1[0] + 1).reshape((-1,) + (1,) * (
-      len(shape1) - 1)) / 2
+      len(shape1) - 1)) / row_scale_denominator
   x2 = 2 * jax.random.normal(jax.random.PRNGKey(2), shape2)
   return x1, x2
+
+
+def graded_inputs(shape1, shape2, dtype=np.float32):
+  """Examples of different norms (0.5 to 1.6 times standard normal), drawn
+  with NumPy so that they are the same in float32 and float64."""
+  rng = np.random.RandomState(0)
+  x1 = rng.randn(*shape1) * np.linspace(0.5, 1.6, shape1[0]).reshape(
+      (-1,) + (1,) * (len(shape1) - 1))
+  x2 = rng.randn(*shape2)
+  return jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)
+
+
+def correlated_inputs(shape1, shape2, seed=1):
+  """Two input batches, with examples of different norms.
+
+  `x2` is correlated with `x1`, so that covariances between them are as large
+  as variances and Monte Carlo errors relative to the largest entry are
+  meaningful.
+  """
+  x1 = jax.random.normal(jax.random.PRNGKey(seed), shape1)
+  scale = 1 + 0.5 * jnp.arange(shape1[0])
+  x1 = x1 * scale.reshape((-1,) + (1,) * (len(shape1) - 1))
+  noise = jax.random.normal(jax.random.PRNGKey(seed + 1), shape2)
+  return x1, 0.9 * x1[:shape2[0]] + 0.5 * noise
+
+
+# Monte Carlo checks of layers in wide networks (convolutions, pooling, ...).
+
+MC_TOL = 0.05  # Max error relative to the kernel's largest entry.
+WIDTH = 512  # Hidden channels of the finite networks.
+READOUT = 512  # Output channels averaged over for the NNGP estimate.
+N_SAMPLES = 64
+MASK = 1e3  # `mask_constant` of masked tests: leaking it would show.
+EMPIRICAL_TOL = 0.1  # Relative NTK error of the widest network.
+
+
+def fast_key(seed: int) -> jax.Array:
+  """A PRNG key whose random draws compile fast.
+
+  The 'rbg' generator compiles several times faster than threefry on CPU,
+  which dominates the cost of small Monte Carlo estimates.
+  """
+  return jax.random.key(seed, impl='rbg')
+
+
+def kernels(kernel_fn, x1, x2, get=('nngp', 'ntk'), **kwargs):
+  """`kernel_fn(x1, x2, get, **kwargs)`, jitted.
+
+  One compilation of the whole kernel is several times faster than running
+  its many small ops eagerly, each compiled on first use.
+  """
+  fn = jax.jit(kernel_fn, static_argnames=('get', 'diagonal_batch',
+                                           'diagonal_spatial',
+                                           'mask_constant'))
+  return fn(x1, x2, get=get, **kwargs)
+
+
+def plain_outputs(apply_fn, mask_constant):
+  """`apply_fn` with `mask_constant=`, returning the masked outputs' values
+  (zero where masked) as plain arrays, for the Monte Carlo estimator."""
+  def fn(params, x, **kwargs):
+    out = apply_fn(params, x, mask_constant=mask_constant, **kwargs)
+    return getattr(out, 'masked_value', out)
+  return fn
+
+
+def mask_positions(x, masked):
+  """`x` with `MASK` at the positions (all channels) where `masked` is True.
+
+  Args:
+    x: `(N, S..., C)` inputs.
+    masked: boolean `(N, S...)`.
+  """
+  return jnp.where(masked[..., None], MASK, x)
+
+
+def trailing_mask(x, first_masked):
+  """Masks example `n` from position `first_masked[n]` of the first spatial
+  axis on: variable-length sequences, or images padded with rows."""
+  size = x.shape[1]
+  position = jnp.arange(size).reshape((1, size) + (1,) * (x.ndim - 3))
+  first = jnp.array(first_masked).reshape((-1,) + (1,) * (x.ndim - 2))
+  return mask_positions(x, jnp.broadcast_to(position >= first, x.shape[:-1]))
+
+
+def maybe_masked_inputs(shapes, masked):
+  """`correlated_inputs(*shapes)`, with trailing positions masked if
+  `masked`: the last one and last three of `x1`'s examples, the last two of
+  `x2`'s. Returns `(x1, x2, mask_constant or None)`."""
+  x1, x2 = correlated_inputs(*shapes)
+  if not masked:
+    return x1, x2, None
+  size = x1.shape[1]
+  return (trailing_mask(x1, (size - 1, size - 3)),
+          trailing_mask(x2, (size - 2,)), MASK)
+
+
+def diagonal_of(k):
+  """The spatial diagonal of a `(nngp, ntk)` namedtuple in full layout."""
+  return [kernel_lib.spatial_diagonal(x, 2) for x in k]
+
+
+def assert_matches_monte_carlo(test, net, x1, x2, wrong_net=None,
+                               readout=READOUT, n_samples=N_SAMPLES,
+                               batch_size=16, seed=0, mask_constant=None):
+  """Checks the analytic NNGP / NTK of `net` against Monte Carlo.
+
+  Args:
+    test: the test case.
+    net: `net(out_chan)` -> the layer whose last layer has `out_chan` output
+      channels (last axis). The analytic kernels do not depend on it; the NNGP
+      estimate averages over `readout` channels, and the NTK estimate (the
+      Jacobian of output channel 0) uses 1 channel, to keep it cheap.
+    x1, x2: inputs.
+    wrong_net: optionally, a slightly different network whose kernel the
+      estimates must *not* match, to show the tolerance discriminates.
+    readout: output channels for the NNGP estimate.
+    n_samples: number of random initializations.
+    batch_size: initializations vmapped at once.
+    seed: PRNG seed.
+    mask_constant: if not None, input entries equal to it are masked, in the
+      finite and the infinite network.
+  """
+  kwargs = {} if mask_constant is None else dict(mask_constant=mask_constant)
+  kernel_fn = net(1)[2]
+  k = kernels(kernel_fn, x1, x2, **kwargs)
+  init_fn, apply_fn, _ = net(readout)
+  nngp, _ = monte_carlo_kernels(
+      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
+      fast_key(seed), compute_ntk=False, batch_size=batch_size)
+  init_fn, apply_fn, _ = net(1)
+  _, ntk = monte_carlo_kernels(
+      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
+      fast_key(seed + 1), batch_size=batch_size)
+  test.assertEqual(nngp.shape, k.nngp.shape)
+  nngp_err = relative_error(nngp, k.nngp)
+  ntk_err = relative_error(ntk, k.ntk)
+  test.assertLess(nngp_err, MC_TOL, 'NNGP')
+  test.assertLess(ntk_err, MC_TOL, 'NTK')
+  if wrong_net is not None:
+    wrong = kernels(wrong_net(1)[2], x1, x2, **kwargs)
+    test.assertGreater(
+        max(relative_error(nngp, wrong.nngp),
+            relative_error(ntk, wrong.ntk)), 2 * MC_TOL,
+        'a wrong kernel would pass the Monte Carlo tolerance')
+  if k.nngp.ndim > 2:
+    # The spatially diagonal representation holds the same diagonal.
+    diag = kernels(kernel_fn, x1, x2, diagonal_spatial=True, **kwargs)
+    test.assertAllClose(list(diag), diagonal_of(k))
+
+
+def empirical_ntk_errors(test, net, x1, x2, widths=(64, 1024), n_inits=3):
+  """Checks that the empirical NTK of `net(width)` converges to the analytic.
+
+  Args:
+    test: the test case.
+    net: `net(width)` -> a layer; the analytic NTK does not depend on `width`.
+    x1, x2: inputs.
+    widths: increasing widths; the error must decrease between the first and
+      the last, and be below `EMPIRICAL_TOL` at the last.
+    n_inits: initializations the error is averaged over.
+
+  Returns:
+    The mean relative error at each width.
+  """
+  analytic = kernels(net(1)[2], x1, x2, 'ntk')
+  errors = []
+  for width in widths:
+    init_fn, apply_fn, _ = net(width)
+    ntk_fn = jax.jit(nt.empirical_ntk_fn(apply_fn, trace_axes=(-1,),
+                                         vmap_axes=0))
+    errors.append(np.mean([
+        relative_error(
+            ntk_fn(x1, x2, init_fn(fast_key(seed), x1.shape)[1]), analytic)
+        for seed in range(n_inits)]))
+  test.assertLess(errors[-1], errors[0])
+  test.assertLess(errors[-1], EMPIRICAL_TOL)
+  return errors

@@ -16,11 +16,12 @@ mean over `n` initializations converges to them at the rate `O(1/sqrt(n))`
 Example:
   >>> import neural_tangents as nt
   >>> from neural_tangents import stax
-  >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(512), stax.Relu(),
+  >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(64), stax.Relu(),
   ...                                    stax.Dense(1))
   >>> kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn,
-  ...                                      jax.random.PRNGKey(0), 128)
-  >>> kernel_fn(x1, x2, 'ntk')  # ~ the analytic NTK of the network
+  ...                                      jax.random.PRNGKey(0), 16)
+  >>> kernel_fn(x1, x2, 'ntk').shape  # ~ the analytic NTK of the network
+  (3, 2)
 """
 import collections
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ from neural_tangents._src.empirical import empirical_kernel_fn
 from neural_tangents._src.empirical import is_single_key
 from neural_tangents._src.empirical import NtkImplementation
 from neural_tangents._src.empirical import read_rng
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
 
@@ -120,10 +122,14 @@ def monte_carlo_kernel_fn(
       for bad `batch_size` / `device_count` (see `nt.batch`).
 
   Example:
-    >>> kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, key,
-    ...                                      n_samples=[16, 256])
+    >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(64), stax.Relu(),
+    ...                                    stax.Dense(1))
+    >>> kernel_fn = nt.monte_carlo_kernel_fn(
+    ...     init_fn, apply_fn, random.PRNGKey(0), n_samples=[4, 16])
     >>> for k in kernel_fn(x1, x2, ('nngp', 'ntk')):
-    ...   print(k.ntk[0, 0])  # 16-sample estimate, then 256-sample estimate
+    ...   print(k.ntk.shape)  # 4-sample estimate, then 16-sample estimate
+    (3, 2)
+    (3, 2)
   """
   counts, as_generator = _sample_counts(n_samples)
   if not batching._is_array(key):  # pylint: disable=protected-access
@@ -310,10 +316,11 @@ def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
 
 
 def _check_get(get: Any) -> Any:
-  names = (get,) if isinstance(get, str) else get
-  if get is None or (isinstance(names, (tuple, list)) and names and
-                     all(n in _KERNEL_NAMES for n in names)):
-    return tuple(get) if isinstance(get, list) else get
-  raise ValueError(
-      f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
-      "'nngp', 'ntk', a tuple of them, or None for both.")
+  """`get` as a hashable (static) argument: None, a name or a tuple of names."""
+  try:
+    names, single = arguments.parse_get(get, _KERNEL_NAMES)
+  except ValueError as e:
+    raise ValueError(
+        f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
+        f"'nngp', 'ntk', a tuple of them, or None for both. {e}") from None
+  return names[0] if single else names

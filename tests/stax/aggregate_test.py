@@ -8,8 +8,8 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import requirements
-import test_utils
-import upstream_reference
+from tests import test_utils
+from tests import upstream_reference
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 

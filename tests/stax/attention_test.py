@@ -8,7 +8,7 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import attention
-import test_utils
+from tests import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 # NTK estimates use fewer samples (Jacobians are costly), so are noisier.
@@ -23,9 +23,7 @@ def _exp_decay(d):
 def _inputs(two_d: bool):
   shape1, shape2 = (((2, 2, 3, 3), (2, 2, 3, 3)) if two_d else
                     ((3, 4, 3), (2, 4, 3)))
-  x1 = jax.random.normal(jax.random.PRNGKey(1), shape1)
-  x2 = jax.random.normal(jax.random.PRNGKey(2), shape2)
-  return x1, x2
+  return test_utils.random_inputs(shape1, shape2)
 
 
 def _attention(n_heads=1, n_chan_out=256, **kwargs):

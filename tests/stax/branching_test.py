@@ -3,10 +3,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from neural_tangents import stax
-import test_utils
+from tests import test_utils
 
 
 _MC_TOL = 0.05
@@ -14,39 +13,119 @@ _MC_TOL = 0.05
 _inputs = test_utils.stax_inputs
 
 
-_NETWORKS = {
-    'residual_sum': lambda: stax.serial(
-        stax.Dense(1024, 1.5, 0.3), stax.FanOut(2),
-        stax.parallel(stax.serial(stax.Relu(), stax.Dense(1024, 1.3, 0.1)),
-                      stax.Identity()),
-        stax.FanInSum(), stax.Relu(), stax.Dense(256, 1.1, 0.1)),
-    'product': lambda: stax.serial(
-        stax.Dense(1024, 1.5, 0.3), stax.FanOut(2),
-        stax.parallel(stax.Dense(1024, 1.2), stax.Dense(1024, 0.9, 0.2)),
-        stax.FanInProd(), stax.Dense(256)),
-    'concat_channels': lambda: stax.serial(
-        stax.Dense(1024, 1.5, 0.3), stax.FanOut(2),
-        stax.parallel(stax.serial(stax.Relu(), stax.Dense(512)),
-                      stax.Dense(1536, 0.7)),
-        stax.FanInConcat(), stax.Dense(1024, 1.2), stax.Relu(),
-        stax.Dense(256)),
-    'concat_spatial': lambda: stax.serial(
-        stax.Dense(1024, 1.5, 0.3), stax.FanOut(2),
-        stax.parallel(stax.Relu(), stax.Identity()),
-        stax.FanInConcat(axis=1), stax.Dense(1024, 1.2), stax.Relu(),
-        stax.Flatten(), stax.Dense(256)),
-}
+# Branches after a shared first layer: (name, branch A, branch B), each a
+# function of its output width (ignored by width-preserving branches).
+_BRANCHES = (
+    ('dense_dense', lambda w: stax.Dense(w, 1.2),
+     lambda w: stax.Dense(w, 0.9, 0.2)),
+    ('relu_dense_identity',
+     lambda w: stax.serial(stax.Relu(), stax.Dense(w, 1.3, 0.1)),
+     lambda w: stax.Identity()),
+    ('relu_dense_erf_dense',
+     lambda w: stax.serial(stax.Relu(), stax.Dense(w, 1.3, 0.1)),
+     lambda w: stax.serial(stax.Erf(), stax.Dense(w, 0.7, 0.3))),
+)
+
+
+def _first_layer(width=8):
+  return stax.Dense(width, 1.5, 0.3)
+
+
+def _branch_kernels(branch, x1, x2, width=8):
+  """Kernels of `first layer -> branch`, computed without any fan-in."""
+  kernel_fn = stax.serial(_first_layer(width), branch(width))[2]
+  return test_utils.kernels(kernel_fn, x1, x2)
+
+
+def _fan_in_kernels(branch_a, branch_b, fan_in, x1, x2, width=8,
+                    width_b=None):
+  net = stax.serial(_first_layer(width), stax.FanOut(2),
+                    stax.parallel(branch_a(width), branch_b(width_b or width)),
+                    fan_in)
+  return test_utils.kernels(net[2], x1, x2)
+
+
+class FanInAlgebraTest(test_utils.NeuralTangentsTestCase):
+  """Fan-in kernels against the kernels of their branches, computed apart.
+
+  Independent branches of infinitely wide networks are independent GPs whose
+  parameters' gradients are orthogonal, so a sum adds NNGPs and NTKs, a
+  product multiplies NNGPs and follows the product rule for NTKs, and a
+  channel concatenation averages both with the branches' channel counts as
+  weights. These identities hold exactly, at any input.
+  """
+
+  @parameterized.named_parameters(*_BRANCHES)
+  def test_fan_in_sum_is_sum_of_branch_kernels(self, branch_a, branch_b):
+    x1, x2 = _inputs()
+    a = _branch_kernels(branch_a, x1, x2)
+    b = _branch_kernels(branch_b, x1, x2)
+    k = _fan_in_kernels(branch_a, branch_b, stax.FanInSum(), x1, x2)
+    self.assertAllClose(k.nngp, a.nngp + b.nngp)
+    self.assertAllClose(k.ntk, a.ntk + b.ntk)
+
+  @parameterized.named_parameters(*_BRANCHES)
+  def test_fan_in_prod_is_product_with_ntk_product_rule(self, branch_a,
+                                                         branch_b):
+    x1, x2 = _inputs()
+    a = _branch_kernels(branch_a, x1, x2)
+    b = _branch_kernels(branch_b, x1, x2)
+    k = _fan_in_kernels(branch_a, branch_b, stax.FanInProd(), x1, x2)
+    self.assertAllClose(k.nngp, a.nngp * b.nngp)
+    self.assertAllClose(k.ntk, a.ntk * b.nngp + a.nngp * b.ntk)
+
+  @parameterized.named_parameters(
+      ('dense_dense', _BRANCHES[0][1], _BRANCHES[0][2], 5, 3),
+      ('relu_dense_erf_dense', _BRANCHES[2][1], _BRANCHES[2][2], 2, 7),
+  )
+  def test_fan_in_concat_is_channel_weighted_mean(self, branch_a, branch_b,
+                                                  width_a, width_b):
+    x1, x2 = _inputs()
+    a = _branch_kernels(branch_a, x1, x2, width_a)
+    b = _branch_kernels(branch_b, x1, x2, width_b)
+    k = _fan_in_kernels(branch_a, branch_b, stax.FanInConcat(), x1, x2,
+                        width=width_a, width_b=width_b)
+    total = width_a + width_b
+    self.assertAllClose(k.nngp, (width_a * a.nngp + width_b * b.nngp) / total)
+    self.assertAllClose(k.ntk, (width_a * a.ntk + width_b * b.ntk) / total)
+    self.assertNotAlmostEqual(float(jnp.max(jnp.abs(k.nngp - (
+        a.nngp + b.nngp) / 2))), 0., 3, 'the weights must matter here')
+
+  def test_fan_in_concat_spatial_is_block_diagonal(self):
+    # Independent Dense branches: positions of different branches have zero
+    # covariance, each branch's block is its own kernel.
+    x1, x2 = _inputs((3, 2, 4), (2, 2, 4))
+    branch_a, branch_b = _BRANCHES[0][1], _BRANCHES[0][2]
+    a = _branch_kernels(branch_a, x1, x2)
+    b = _branch_kernels(branch_b, x1, x2)
+    k = _fan_in_kernels(branch_a, branch_b, stax.FanInConcat(axis=1), x1, x2)
+    self.assertEqual(k.nngp.shape, (3, 2, 4, 4))
+    for name in ('nngp', 'ntk'):
+      full, ka, kb = getattr(k, name), getattr(a, name), getattr(b, name)
+      self.assertAllClose(full[..., :2, :2], ka)
+      self.assertAllClose(full[..., 2:, 2:], kb)
+      self.assertAllClose(full[..., :2, 2:], jnp.zeros_like(ka))
+      self.assertAllClose(full[..., 2:, :2], jnp.zeros_like(kb))
 
 
 class BranchingTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.parameters(sorted(_NETWORKS))
-  def test_matches_monte_carlo(self, name):
-    init_fn, apply_fn, kernel_fn = _NETWORKS[name]()
-    shape = (3, 2, 4) if name == 'concat_spatial' else (3, 6)
-    x1, x2 = _inputs(shape, (2,) + shape[1:])
-    nngp_err, ntk_err = test_utils.monte_carlo_errors(
-        init_fn, apply_fn, kernel_fn, x1, x2)
+  def test_residual_and_concat_match_monte_carlo(self):
+    # One small float32 case of the whole pipeline: a residual `FanInSum`,
+    # then a channel `FanInConcat` of unequal widths, each followed by layers
+    # that depend on its output kernel.
+    with jax.enable_x64(False):
+      init_fn, apply_fn, kernel_fn = stax.serial(
+          stax.Dense(256, 1.5, 0.3), stax.FanOut(2),
+          stax.parallel(stax.serial(stax.Relu(), stax.Dense(256, 1.3, 0.1)),
+                        stax.Identity()),
+          stax.FanInSum(), stax.Relu(), stax.FanOut(2),
+          stax.parallel(stax.Dense(128), stax.Dense(384, 0.7)),
+          stax.FanInConcat(), stax.Dense(256, 1.2))
+      x1, x2 = _inputs()
+      nngp_err, ntk_err = test_utils.monte_carlo_errors(
+          init_fn, apply_fn, jax.jit(kernel_fn, static_argnums=2), x1, x2,
+          key=test_utils.fast_key(0), n_nngp=128, n_ntk=32)
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
 
@@ -56,8 +135,8 @@ class BranchingTest(test_utils.NeuralTangentsTestCase):
         stax.parallel(stax.Relu(), stax.Dense(8)), stax.FanInConcat(axis=1),
         stax.Dense(8), stax.Relu())
     x1, x2 = _inputs((3, 2, 4), (2, 2, 4))
-    full = kernel_fn(x1, x2, ('nngp', 'ntk'))
-    diag = kernel_fn(x1, x2, ('nngp', 'ntk'), diagonal_spatial=True)
+    full = test_utils.kernels(kernel_fn, x1, x2)
+    diag = test_utils.kernels(kernel_fn, x1, x2, diagonal_spatial=True)
     self.assertEqual(full.nngp.shape, (3, 2, 4, 4))
     self.assertEqual(diag.nngp.shape, (3, 2, 4))
     for f, d in zip(full, diag):

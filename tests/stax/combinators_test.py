@@ -11,7 +11,7 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import combinators
-import test_utils
+from tests import test_utils
 
 
 _GETS = ('nngp', 'ntk', 'cov1', 'cov2')
@@ -57,8 +57,7 @@ _CONV_BLOCKS = {
 
 
 def _inputs(shape1=(3, 5), shape2=(2, 5)):
-  return (random.normal(random.PRNGKey(1), shape1),
-          2 * random.normal(random.PRNGKey(2), shape2))
+  return test_utils.random_inputs(shape1, shape2, x2_scale=2.)
 
 
 class RepeatTest(test_utils.NeuralTangentsTestCase):

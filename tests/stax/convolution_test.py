@@ -5,8 +5,8 @@ networks (`test_utils.monte_carlo_kernels`), on masked and unmasked inputs,
 and against the empirical NTK as width grows; the spatially diagonal
 representation against the full one (and that it never builds full
 covariances); `apply_fn` against `init_fn` shapes and against `jax.lax`; bad
-arguments against their error messages. The Monte Carlo helpers here are
-shared with `pooling_test`.
+arguments against their error messages. Monte Carlo helpers are in
+`test_utils`.
 """
 import functools
 
@@ -17,157 +17,19 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax.requirements import inputs_to_kernel
 from neural_tangents._src.utils import kernel as kernel_lib
-import test_utils
+from tests import test_utils
+from tests.test_utils import assert_matches_monte_carlo
+from tests.test_utils import empirical_ntk_errors
+from tests.test_utils import kernels
+from tests.test_utils import maybe_masked_inputs
+from tests.test_utils import WIDTH
 
 
-MC_TOL = 0.05  # Max error relative to the kernel's largest entry.
-WIDTH = 512  # Hidden channels of the finite networks.
-READOUT = 512  # Output channels averaged over for the NNGP estimate.
-N_SAMPLES = 64
-
-
-def key(seed: int) -> jax.Array:
-  # The 'rbg' generator compiles several times faster than threefry on CPU,
-  # which dominates the cost of these small Monte Carlo estimates.
-  return jax.random.key(seed, impl='rbg')
-
-
-def inputs(shape1, shape2, seed=1):
-  """Two input batches, with examples of different norms.
-
-  `x2` is correlated with `x1`, so that covariances between them are as large
-  as variances and Monte Carlo errors relative to the largest entry are
-  meaningful.
-  """
-  x1 = jax.random.normal(jax.random.PRNGKey(seed), shape1)
-  scale = 1 + 0.5 * jnp.arange(shape1[0])
-  x1 = x1 * scale.reshape((-1,) + (1,) * (len(shape1) - 1))
-  noise = jax.random.normal(jax.random.PRNGKey(seed + 1), shape2)
-  return x1, 0.9 * x1[:shape2[0]] + 0.5 * noise
-
-
-MASK = 1e3  # `mask_constant` of masked tests: leaking it would show.
-
-
-def kernels(kernel_fn, x1, x2, get=('nngp', 'ntk'), **kwargs):
-  """`kernel_fn(x1, x2, get, **kwargs)`, jitted.
-
-  One compilation of the whole kernel is several times faster than running
-  its many small ops eagerly, each compiled on first use.
-  """
-  fn = jax.jit(kernel_fn, static_argnames=('get', 'diagonal_batch',
-                                           'diagonal_spatial',
-                                           'mask_constant'))
-  return fn(x1, x2, get=get, **kwargs)
-
-
-def plain_outputs(apply_fn, mask_constant):
-  """`apply_fn` with `mask_constant=`, returning the masked outputs' values
-  (zero where masked) as plain arrays, for the Monte Carlo estimator."""
-  def fn(params, x, **kwargs):
-    out = apply_fn(params, x, mask_constant=mask_constant, **kwargs)
-    return getattr(out, 'masked_value', out)
-  return fn
-
-
-def mask_positions(x, masked):
-  """`x` with `MASK` at the positions (all channels) where `masked` is True.
-
-  Args:
-    x: `(N, S..., C)` inputs.
-    masked: boolean `(N, S...)`.
-  """
-  return jnp.where(masked[..., None], MASK, x)
-
-
-def diagonal_of(k):
-  """The spatial diagonal of a `(nngp, ntk)` namedtuple in full layout."""
-  return [kernel_lib.spatial_diagonal(x, 2) for x in k]
-
-
-def assert_matches_monte_carlo(test, net, x1, x2, wrong_net=None,
-                               readout=READOUT, n_samples=N_SAMPLES,
-                               batch_size=16, seed=0, mask_constant=None):
-  """Checks the analytic NNGP / NTK of `net` against Monte Carlo.
-
-  Args:
-    test: the test case.
-    net: `net(out_chan)` -> the layer whose last layer has `out_chan` output
-      channels (last axis). The analytic kernels do not depend on it; the NNGP
-      estimate averages over `readout` channels, and the NTK estimate (the
-      Jacobian of output channel 0) uses 1 channel, to keep it cheap.
-    x1, x2: inputs.
-    wrong_net: optionally, a slightly different network whose kernel the
-      estimates must *not* match, to show the tolerance discriminates.
-    readout: output channels for the NNGP estimate.
-    n_samples: number of random initializations.
-    batch_size: initializations vmapped at once.
-    seed: PRNG seed.
-    mask_constant: if not None, input entries equal to it are masked, in the
-      finite and the infinite network.
-  """
-  kwargs = {} if mask_constant is None else dict(mask_constant=mask_constant)
-  kernel_fn = net(1)[2]
-  k = kernels(kernel_fn, x1, x2, **kwargs)
-  init_fn, apply_fn, _ = net(readout)
-  nngp, _ = test_utils.monte_carlo_kernels(
-      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
-      key(seed), compute_ntk=False, batch_size=batch_size)
-  init_fn, apply_fn, _ = net(1)
-  _, ntk = test_utils.monte_carlo_kernels(
-      init_fn, plain_outputs(apply_fn, mask_constant), x1, x2, n_samples,
-      key(seed + 1), batch_size=batch_size)
-  test.assertEqual(nngp.shape, k.nngp.shape)
-  nngp_err = test_utils.relative_error(nngp, k.nngp)
-  ntk_err = test_utils.relative_error(ntk, k.ntk)
-  test.assertLess(nngp_err, MC_TOL, 'NNGP')
-  test.assertLess(ntk_err, MC_TOL, 'NTK')
-  if wrong_net is not None:
-    wrong = kernels(wrong_net(1)[2], x1, x2, **kwargs)
-    test.assertGreater(
-        max(test_utils.relative_error(nngp, wrong.nngp),
-            test_utils.relative_error(ntk, wrong.ntk)), 2 * MC_TOL,
-        'a wrong kernel would pass the Monte Carlo tolerance')
-  if k.nngp.ndim > 2:
-    # The spatially diagonal representation holds the same diagonal.
-    diag = kernels(kernel_fn, x1, x2, diagonal_spatial=True, **kwargs)
-    test.assertAllClose(list(diag), diagonal_of(k))
-
-
-EMPIRICAL_TOL = 0.1  # Relative NTK error of the widest network.
-
-
-def empirical_ntk_errors(test, net, x1, x2, widths=(64, 1024), n_inits=3):
-  """Checks that the empirical NTK of `net(width)` converges to the analytic.
-
-  Args:
-    test: the test case.
-    net: `net(width)` -> a layer; the analytic NTK does not depend on `width`.
-    x1, x2: inputs.
-    widths: increasing widths; the error must decrease between the first and
-      the last, and be below `EMPIRICAL_TOL` at the last.
-    n_inits: initializations the error is averaged over.
-
-  Returns:
-    The mean relative error at each width.
-  """
-  analytic = kernels(net(1)[2], x1, x2, 'ntk')
-  errors = []
-  for width in widths:
-    init_fn, apply_fn, _ = net(width)
-    ntk_fn = jax.jit(nt.empirical_ntk_fn(apply_fn, trace_axes=(-1,),
-                                         vmap_axes=0))
-    errors.append(np.mean([
-        test_utils.relative_error(
-            ntk_fn(x1, x2, init_fn(key(seed), x1.shape)[1]), analytic)
-        for seed in range(n_inits)]))
-  test.assertLess(errors[-1], errors[0])
-  test.assertLess(errors[-1], EMPIRICAL_TOL)
-  return errors
+inputs = test_utils.correlated_inputs
+key = test_utils.fast_key
 
 
 def conv_net(layer, first, second):
@@ -179,26 +41,6 @@ def conv_net(layer, first, second):
 
 _1D = ((2, 7, 3), (1, 7, 3))
 _2D = ((2, 5, 4, 2), (1, 5, 4, 2))
-
-
-def trailing_mask(x, first_masked):
-  """Masks example `n` from position `first_masked[n]` of the first spatial
-  axis on: variable-length sequences, or images padded with rows."""
-  size = x.shape[1]
-  position = jnp.arange(size).reshape((1, size) + (1,) * (x.ndim - 3))
-  first = jnp.array(first_masked).reshape((-1,) + (1,) * (x.ndim - 2))
-  return mask_positions(x, jnp.broadcast_to(position >= first, x.shape[:-1]))
-
-
-def maybe_masked_inputs(shapes, masked):
-  """`inputs(*shapes)`, with trailing positions masked if `masked`: the last
-  one and last three of `x1`'s examples, the last two of `x2`'s."""
-  x1, x2 = inputs(*shapes)
-  if not masked:
-    return x1, x2, None
-  size = x1.shape[1]
-  return (trailing_mask(x1, (size - 1, size - 3)),
-          trailing_mask(x2, (size - 2,)), MASK)
 
 
 class ConvTest(test_utils.NeuralTangentsTestCase):
@@ -351,6 +193,33 @@ class StandardParameterizationTest(test_utils.NeuralTangentsTestCase):
     # The NNGP does not depend on the parameterization.
     ntk_param = layer(2, (3,), padding='SAME', W_std=1.3, b_std=b_std)
     self.assertAllClose(k.nngp, kernels(ntk_param[2], x1, x2).nngp)
+
+  @parameterized.named_parameters(
+      ('bias', 0.2, (1, 1)),
+      ('no_bias', None, (1, 1)),
+      ('bias_s', 0.2, (3, 2)),
+      ('no_bias_s', None, (2, 3)),
+  )
+  def test_single_standard_conv_ntk_is_exact(self, b_std, s):
+    # The NTK of one standard layer `conv(x, W) / sqrt(s0) + b` in closed
+    # form: `sum_i x1[h + i] . x2[h' + i] / s0 + [1 with a bias]`, summed over
+    # the filter offsets `i` of the zero-padded ('SAME') inputs. A missing
+    # bias term or `s0` fails it; the Jacobian contraction agrees.
+    x1, x2 = inputs(*_1D)
+    init_fn, apply_fn, kernel_fn = stax.Conv(
+        2, (3,), padding='SAME', W_std=1.3, b_std=b_std,
+        parameterization='standard', s=s)
+    k = kernels(kernel_fn, x1, x2)
+    pad = lambda x: jnp.pad(x, ((0, 0), (1, 1), (0, 0)))
+    size = x1.shape[1]
+    expected = sum(
+        jnp.einsum('ahc,bgc->abhg', pad(x1)[:, i:i + size],
+                   pad(x2)[:, i:i + size]) for i in range(3)) / s[0]
+    expected += 0. if b_std is None else 1.
+    self.assertAllClose(k.ntk, expected)
+    _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2, 1,
+                                            key(0))
+    self.assertAllClose(ntk, expected)
 
   @parameterized.named_parameters(*_LAYERS)
   def test_params_have_width_s1_out_chan_and_nominal_fan_in(self, layer):

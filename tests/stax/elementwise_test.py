@@ -21,7 +21,7 @@ from scipy import special
 
 from neural_tangents import stax
 from neural_tangents._src.utils import kernel as kernel_lib
-import test_utils
+from tests import test_utils
 
 _MC_TOL = 0.05  # max error relative to the kernel's largest entry.
 
@@ -113,11 +113,7 @@ def _network(name, out_dim=1024, readout=512):
 
 def _inputs(dtype=np.float32, shape1=(3, 4), shape2=(2, 4)):
   """Rows of different norms (0.5 to 1.6 times a standard normal row)."""
-  rng = np.random.RandomState(0)
-  x1 = rng.randn(*shape1) * np.linspace(0.5, 1.6, shape1[0]).reshape(
-      (-1,) + (1,) * (len(shape1) - 1))
-  x2 = rng.randn(*shape2)
-  return jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)
+  return test_utils.graded_inputs(shape1, shape2, dtype)
 
 
 def _degenerate_inputs(dtype):

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents import stax
-import test_utils
-import upstream_reference
+from tests import test_utils
+from tests import upstream_reference
 
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.

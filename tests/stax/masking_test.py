@@ -8,7 +8,7 @@ import numpy as np
 from neural_tangents import stax
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import requirements
-import test_utils
+from tests import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 _PAD = 7.  # Padding value, masked with `mask_constant`.

@@ -9,18 +9,12 @@ import numpy as np
 from neural_tangents import stax
 from neural_tangents._src.stax.masking import MaskedArray
 from neural_tangents._src.utils import kernel as kernel_lib
-import test_utils
+from tests import test_utils
 
 _MC_TOL = 0.05  # max error relative to the kernel's largest entry.
 
 
-def _inputs(shape1, shape2, dtype=np.float32):
-  """Examples of different norms (0.5 to 1.6 times standard normal)."""
-  rng = np.random.RandomState(0)
-  x1 = rng.randn(*shape1) * np.linspace(0.5, 1.6, shape1[0]).reshape(
-      (-1,) + (1,) * (len(shape1) - 1))
-  x2 = rng.randn(*shape2)
-  return jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)
+_inputs = test_utils.graded_inputs
 
 
 def _numpy_layer_norm(x, axes, eps):

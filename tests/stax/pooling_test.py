@@ -2,7 +2,7 @@
 
 Pooling is a fixed linear map, so on raw inputs its kernel is exactly the
 covariance of the pooled inputs; inside networks, kernels are checked against
-Monte Carlo estimates (helpers shared with `convolution_test`).
+Monte Carlo estimates (helpers in `test_utils`).
 """
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -11,14 +11,14 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax.masking import MaskedArray
-from tests.stax.convolution_test import assert_matches_monte_carlo
-from tests.stax.convolution_test import empirical_ntk_errors
-from tests.stax.convolution_test import inputs
-from tests.stax.convolution_test import kernels
-from tests.stax.convolution_test import maybe_masked_inputs
-from tests.stax.convolution_test import WIDTH
-import test_utils
+from tests import test_utils
+from tests.test_utils import assert_matches_monte_carlo
+from tests.test_utils import empirical_ntk_errors
+from tests.test_utils import kernels
+from tests.test_utils import maybe_masked_inputs
+from tests.test_utils import WIDTH
 
+inputs = test_utils.correlated_inputs
 
 _1D = ((2, 7, 3), (1, 7, 3))
 _2D = ((2, 5, 4, 2), (1, 5, 4, 2))

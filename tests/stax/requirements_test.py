@@ -13,7 +13,7 @@ import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
-import test_utils
+from tests import test_utils
 
 
 def _net():
@@ -22,8 +22,7 @@ def _net():
 
 
 def _inputs(shape1=(3, 5), shape2=(4, 5)):
-  return (jax.random.normal(jax.random.PRNGKey(1), shape1),
-          jax.random.normal(jax.random.PRNGKey(2), shape2))
+  return test_utils.random_inputs(shape1, shape2)
 
 
 class GetTest(test_utils.NeuralTangentsTestCase):

@@ -12,15 +12,14 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax import requirements
-import test_utils
+from tests import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
 
 
 def _inputs(spatial=(5, 4), n1=2, n2=3, n_chan=3):
-  x1 = jax.random.normal(jax.random.PRNGKey(1), (n1,) + spatial + (n_chan,))
-  x2 = jax.random.normal(jax.random.PRNGKey(2), (n2,) + spatial + (n_chan,))
-  return x1, x2
+  return test_utils.random_inputs((n1,) + spatial + (n_chan,),
+                                  (n2,) + spatial + (n_chan,))
 
 
 class _ExactMixin:

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.utils.arctan import arctan2
-import test_utils
+from tests import test_utils
 
 
 def _ulp_error(actual, expected, dtype) -> float:

@@ -11,7 +11,7 @@ from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import dataclasses
 from neural_tangents._src.utils import kernel as kernel_lib
-import test_utils
+from tests import test_utils
 
 
 class LayoutTest(test_utils.NeuralTangentsTestCase):

@@ -132,8 +132,11 @@ class Kernel:
       or the same index array object).
 
     Example:
-      >>> k = kernel_fn(x, None)
-      >>> k.slice(slice(0, 2), slice(1, 3))  # == kernel_fn(x[:2], x[1:3])
+      >>> _, _, kernel_fn = stax.Dense(1)
+      >>> k = kernel_fn(x1, None)
+      >>> jnp.allclose(k.slice(slice(0, 2), slice(1, 3)).nngp,
+      ...              kernel_fn(x1[:2], x1[1:3]).nngp)
+      Array(True, dtype=bool)
     """
     same = self.x1_is_x2 and (n1_slice is n2_slice or (
         isinstance(n1_slice, slice) and n1_slice == n2_slice))
@@ -164,6 +167,7 @@ class Kernel:
     reversed one.
 
     Example:
+      >>> _, _, kernel_fn = stax.Identity()
       >>> k = kernel_fn(jnp.ones((2, 3, 4, 1)), None)  # nngp (2, 2, 3, 3, 4, 4)
       >>> k.reverse().nngp.shape
       (2, 2, 4, 4, 3, 3)
@@ -191,8 +195,12 @@ class Kernel:
       ValueError: if `axes` is not such a permutation.
 
     Example:
-      >>> k = kernel_fn(x, None)  # x of shape (N, H, W, C)
-      >>> k.transpose((1, 0))  # == kernel_fn(x.transpose(0, 2, 1, 3), None)
+      >>> _, _, kernel_fn = stax.Identity()
+      >>> x = random.normal(random.PRNGKey(0), (2, 3, 4, 1))  # (N, H, W, C)
+      >>> k = kernel_fn(x, None)
+      >>> jnp.allclose(k.transpose((1, 0)).nngp,
+      ...              kernel_fn(x.transpose(0, 2, 1, 3), None).nngp)
+      Array(True, dtype=bool)
     """
     n = self.n_spatial
     axes = tuple(reversed(range(n))) if axes is None else tuple(axes)
@@ -254,6 +262,8 @@ class Kernel:
       masked.
 
     Example:
+      >>> _, _, kernel_fn = stax.Identity()
+      >>> k = kernel_fn(jnp.ones((2, 5, 1)), None)
       >>> m = jnp.zeros((2, 5, 1), bool).at[1, 3:].set(True)
       >>> k.mask(m, m).nngp[1, 1, 4, 4]
       Array(0., dtype=float32)
@@ -321,8 +331,12 @@ class Kernel:
         holds spatial diagonals while positions are mixed.
 
     Example:
+      >>> _, _, kernel_fn = stax.Identity()
+      >>> k = kernel_fn(jnp.ones((2, 8, 3)), None)  # nngp (2, 2, 8, 8)
       >>> pool = jnp.ones((1, 8)) / 8  # averages the 8 positions
-      >>> k.dot_general(pool, None, False, (((1,), (1,)), ((), ())))
+      >>> k.dot_general(pool, None, False,
+      ...               (((1,), (1,)), ((), ()))).nngp.shape
+      (2, 2, 1, 1)
     """
     if other1 is None:
       if other2 is not None:

@@ -1,0 +1,333 @@
+"""Gaussian outputs of ensembles of infinitely wide networks trained on MSE
+(`gradient_descent_mse_ensemble`), from a stax-style `kernel_fn`."""
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src.predict.flow import _Eigen
+from neural_tangents._src.predict.flow import _eigh_psd
+from neural_tangents._src.predict.flow import _flow_times
+from neural_tangents._src.predict.flow import _integrated_relaxation
+from neural_tangents._src.predict.flow import _posterior_covariance
+from neural_tangents._src.predict.flow import _regularize
+from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.layout import _check_finite
+from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _kernel_to_matrix
+from neural_tangents._src.predict.layout import _layout
+from neural_tangents._src.predict.layout import _matrix_to_covariance
+from neural_tangents._src.predict.layout import _matrix_to_outputs
+from neural_tangents._src.predict.layout import _outputs_to_matrix
+from neural_tangents._src.predict.layout import _test_row_shape
+from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.layout import Array
+from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict.posterior import _by_get
+from neural_tangents._src.predict.posterior import _cached
+from neural_tangents._src.predict.posterior import _kernels_needed
+from neural_tangents._src.predict.posterior import _parse_get
+from neural_tangents._src.predict.posterior import _Posterior
+from neural_tangents._src.predict.posterior import _POSTERIORS
+from neural_tangents._src.predict.posterior import Gaussian
+from neural_tangents._src.utils.typing import Axes, Get
+
+
+def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
+                        x2: Optional[Array], names: Sequence[str],
+                        kwargs: dict[str, Any]) -> dict[str, Array]:
+  """Calls a stax-style `kernel_fn` once and returns the requested kernels."""
+  names = tuple(names)
+  out = kernel_fn(x1, x2, get=names, **kwargs)
+  kernels = {}
+  for name in names:
+    if hasattr(out, name):
+      value = getattr(out, name)
+    elif isinstance(out, dict):
+      value = out.get(name)
+    elif len(names) == 1:
+      value = out
+    else:
+      value = None
+    if value is None:
+      raise ValueError(f'`kernel_fn` did not return the "{name}" kernel for '
+                       f'`get={names}`; pass a `kernel_fn` that computes it.')
+    kernels[name] = jnp.asarray(value)
+  return kernels
+
+
+def _is_pair(value: Any) -> bool:
+  return isinstance(value, tuple) and len(value) == 2
+
+
+def _value_for_x1(value: Any) -> Any:
+  """The entry of a pair-valued kwarg that describes `x1`; else the value."""
+  return value[0] if _is_pair(value) else value
+
+
+def _comparable(leaf: Any) -> Any:
+  if hasattr(leaf, 'dtype') and jnp.issubdtype(leaf.dtype,
+                                                 jax.dtypes.prng_key):
+    leaf = jax.random.key_data(leaf)
+  return np.asarray(leaf)
+
+
+def _values_match(a: Any, b: Any) -> bool:
+  """Whether two kwarg values are equal; traced leaves count as equal."""
+  if a is b:
+    return True
+  leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+  leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+  if tree_a != tree_b:
+    return False
+  for leaf_a, leaf_b in zip(leaves_a, leaves_b):
+    if leaf_a is leaf_b or isinstance(leaf_a, jax.core.Tracer) or isinstance(
+        leaf_b, jax.core.Tracer):
+      continue
+    leaf_a, leaf_b = _comparable(leaf_a), _comparable(leaf_b)
+    if leaf_a.shape != leaf_b.shape or not np.array_equal(leaf_a, leaf_b):
+      return False
+  return True
+
+
+def _test_test_kwargs(train_kwargs: dict[str, Any],
+                      test_kwargs: dict[str, Any]) -> dict[str, Any]:
+  """Keyword arguments of `kernel_fn(x_test, None)`: test ones override."""
+  return {**train_kwargs, **test_kwargs}
+
+
+def _test_train_kwargs(train_kwargs: dict[str, Any],
+                       test_kwargs: dict[str, Any]) -> dict[str, Any]:
+  """Keyword arguments of `kernel_fn(x_test, x_train)`.
+
+  A pair-valued kwarg `(value_for_x1, value_for_x2)`, such as `Aggregate`'s
+  `pattern`, becomes `(value for x_test, value for x_train)`: the first entries
+  of the test-test and of the train-train pairs, which describe `x1` in the
+  `x2=None` calls (their second entry may be `None` or a repeat). Any other
+  kwarg is shared by all calls: given to both, the values must be equal.
+
+  Raises:
+    ValueError: if a kwarg that is not a pair has different train and test
+      values.
+  """
+  test_all = _test_test_kwargs(train_kwargs, test_kwargs)
+  out = {}
+  for key, test_value in test_all.items():
+    train_value = train_kwargs.get(key)
+    if _is_pair(test_value) or _is_pair(train_value):
+      out[key] = (_value_for_x1(test_value), _value_for_x1(train_value))
+      continue
+    if (key in train_kwargs and key in test_kwargs and
+        not _values_match(test_value, train_value)):
+      raise ValueError(
+          f'`{key}` is {test_value!r} for the test points but {train_value!r} '
+          'for the training points, and is not a pair `(value_for_x1, '
+          'value_for_x2)` that could combine them for the test-train kernel. '
+          f'Pass the same `{key}` to `predict_fn` as to '
+          '`gradient_descent_mse_ensemble` (or leave it out of `predict_fn`), '
+          'or pass pairs.')
+    out[key] = test_value
+  return out
+
+
+def gradient_descent_mse_ensemble(
+    kernel_fn: Callable[..., Any],
+    x_train: Array,
+    y_train: Array,
+    learning_rate: float = 1.,
+    diag_reg: float = 0.,
+    diag_reg_absolute_scale: bool = False,
+    trace_axes: Axes = (-1,),
+    **kernel_fn_train_train_kwargs,
+) -> Callable[..., Any]:
+  """Outputs of an ensemble of infinitely wide networks trained on MSE.
+
+  At initialization the outputs `f_0` are a GP with a prior kernel `P`. The
+  network trained by gradient flow for `t` steps (see `gradient_descent_mse`)
+  with the tangent kernel `Theta` is affine in `f_0`:
+
+    f_t(x) = f_0(x) + A_t(x) (y - f_0(X)),
+    A_t(x) = Theta(x, X) Theta^{-1} (I - exp(-Theta s / n)),
+
+  so it is Gaussian [2] with
+
+    mean(x) = A_t(x) y,
+    cov(x, x') = P(x, x') - A_t(x) P(X, x') - P(x, X) A_t(x')^T
+                 + A_t(x) P(X, X) A_t(x')^T.
+
+  `get` chooses `Theta` and `P` (`K` is the NNGP):
+
+  * `'ntk'`: the whole network is trained, `Theta` is the NTK and `P = K`.
+  * `'nngp'`: only the readout layer is trained; its tangent kernel is the
+    NNGP, `Theta = P = K`. At infinite time this is the exact Bayesian
+    (NNGP) posterior.
+  * `'ntkgp'`: the NTK-GP of He, Lakshminarayanan & Teh 2020 [3]: adding to
+    each network an untrainable random function makes the prior the NTK,
+    `Theta = P = NTK`, so that trained networks sample the GP posterior with
+    the NTK as prior covariance. With `P = Theta = V diag(l) V^T` the cross
+    terms and the last one add up to `(1 - e)^2 - 2 (1 - e) = -(1 - e^2)`,
+    `e = exp(-l s / n)`::
+
+      mean(x) = Theta(x, X) Theta^{-1} (I - exp(-Theta s / n)) y,
+      cov(x, x') = Theta(x, x')
+                   - Theta(x, X) Theta^{-1} (I - exp(-2 Theta s / n))
+                     Theta(X, x'),
+
+    at infinite time `Theta(x, X) Theta^{-1} y` and
+    `Theta(x, x') - Theta(x, X) Theta^{-1} Theta(X, x')`. The same holds for
+    `'nngp'` with `K` in place of `Theta`.
+
+  `diag_reg` regularizes only the inverted kernel `Theta(X, X)` (NNGP for
+  'nngp', NTK for 'ntk' and 'ntkgp'), adding `diag_reg * trace(Theta(X, X))
+  / m` to its diagonal (`m` its number of rows), or `diag_reg` itself with
+  `diag_reg_absolute_scale`. Where `P = Theta` the regularized kernel is also
+  the prior's (noise on the observations: the textbook noisy posterior);
+  the NNGP `P(X, X)` of 'ntk' is used as is.
+
+  Each train-train kernel is computed once, eigendecomposed once, and cached
+  across calls; all times `t` of a call share it.
+
+  Args:
+    kernel_fn: stax-style `kernel_fn(x1, x2, get, **kwargs)`.
+    x_train: training inputs.
+    y_train: targets, `(N, O_1, ..., O_d)`.
+    learning_rate: learning rate of the steps counted by `t`.
+    diag_reg: diagonal regularizer of the inverted train-train kernel,
+      relative to its mean diagonal entry.
+    diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
+    trace_axes: output axes traced out of the kernels.
+    **kernel_fn_train_train_kwargs: passed as they are to
+      `kernel_fn(x_train, None)`; to `kernel_fn(x_test, None)` unless
+      `predict_fn` overrides them; for `kernel_fn(x_test, x_train)`, pairs
+      `(value_for_x1, value_for_x2)` (e.g. `pattern`) combine the test and the
+      train values into `(test[0], train[0])`, and other values, if given to
+      both, must match.
+
+  Returns:
+    `predict_fn(t=None, x_test=None, get=None, compute_cov=False,
+    **kernel_fn_test_test_kwargs)`: `t` a number of steps, an array of them
+    (leading axes of the outputs), or `None` (infinite time); `x_test=None`
+    predicts on the training inputs (with unregularized test kernels);
+    `kernel_fn_test_test_kwargs` are the kwargs of `kernel_fn(x_test, None)`
+    (see above). Returns for each `get` in 'nngp', 'ntk', 'ntkgp' (a
+    namedtuple with fields in the order of `get` for a tuple, `('nngp',
+    'ntk')` for `get=None`; the value itself for a string) the mean, of shape
+    `t.shape + (N_test, O_1, ..., O_d)`, or with `compute_cov` a
+    `Gaussian(mean, covariance)`, the covariance in the kernel layout
+    `t.shape + (N_test, N_test, O_i, O_i, ...)` (untraced axes only).
+
+  Raises:
+    ValueError: if `get` is unknown, `kernel_fn` does not return a needed
+      kernel, shapes do not match `y_train` and `trace_axes`, or a kwarg has
+      conflicting train and test values.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+    >>> predict_fn = nt.predict.gradient_descent_mse_ensemble(
+    ...     kernel_fn, x_train, y_train, diag_reg=1e-4)
+    >>> out = predict_fn(t=jnp.array([1., 100.]), x_test=x_test,
+    ...                  get=('ntk', 'ntkgp'), compute_cov=True)
+    >>> out.ntkgp.mean.shape, out.ntkgp.covariance.shape  # (t, N_test, ...)
+    ((2, 2, 1), (2, 2, 2))
+
+  [3] He, Lakshminarayanan, Teh. "Bayesian Deep Ensembles via the Neural
+      Tangent Kernel." NeurIPS 2020.
+  """
+  y_train = jnp.asarray(y_train)
+  layout = _layout(y_train, trace_axes)
+  n_pairs = len(layout.untraced)
+  cache: dict[Any, Any] = {}
+
+  def train_kernels(kernels: Sequence[str]) -> dict[str, Array]:
+    """Unregularized train-train matrices; missing ones in one call."""
+    fresh = {}
+    missing = [k for k in kernels if ('k', k) not in cache]
+    if missing:
+      computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
+                                     kernel_fn_train_train_kwargs)
+      for kernel, k in computed.items():
+        _check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
+                      layout, trace_axes, square=True)
+        _check_finite(k, f'kernel_fn(x_train, None, "{kernel}")')
+        k = k.astype(jnp.result_type(k.dtype, float))
+        fresh[kernel] = _cached(cache, ('k', kernel),
+                                lambda k=k: _kernel_to_matrix(k, n_pairs))
+    return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
+
+  def flow(kernel: str, k: Array) -> tuple[_Eigen, Array]:
+    """Eigendecomposition of the regularized kernel, and `V^T y`."""
+    def compute():
+      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
+      y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
+      return eig, eig.evecs.T @ y
+    return _cached(cache, ('flow', kernel), compute)
+
+  def prior_in_eigenbasis(posterior: _Posterior, eig: _Eigen,
+                          k_prior: Array) -> Array:
+    """`V^T P V` for the flow eigenvectors `V` and the unregularized prior."""
+    return _cached(cache, ('middle', posterior),
+                   lambda: eig.evecs.T @ k_prior @ eig.evecs)
+
+  def predict_fn(t: Optional[ArrayOrScalar] = None,
+                 x_test: Optional[Array] = None,
+                 get: Get = None,
+                 compute_cov: bool = False,
+                 **kernel_fn_test_test_kwargs) -> Any:
+    names, single = _parse_get(get)
+    needed = _kernels_needed(names, compute_cov)
+    k_train = train_kernels(needed)
+    dtype = jnp.result_type(*k_train.values())
+    priors = tuple(k for k in needed if compute_cov and any(
+        _POSTERIORS[name].prior == k for name in names))
+
+    if x_test is None:
+      k_test_train, test_shape = k_train, y_train.shape
+      k_test_test = {k: k_train[k] for k in priors}
+    else:
+      kernels = _kernel_fn_matrices(
+          kernel_fn, x_test, x_train, needed,
+          _test_train_kwargs(kernel_fn_train_train_kwargs,
+                             kernel_fn_test_test_kwargs))
+      k_test_train = {}
+      for kernel, k in kernels.items():
+        _check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', y_train,
+                      layout, trace_axes, square=False)
+        test_shape = _test_shape(k, y_train, layout)
+        k_test_train[kernel] = _kernel_to_matrix(k.astype(dtype), n_pairs)
+      k_test_test = {}
+      if priors:
+        kernels = _kernel_fn_matrices(
+            kernel_fn, x_test, None, priors,
+            _test_test_kwargs(kernel_fn_train_train_kwargs,
+                              kernel_fn_test_test_kwargs))
+        k_test_test = {kernel: _kernel_to_matrix(k.astype(dtype), n_pairs)
+                       for kernel, k in kernels.items()}
+
+    tau, t_shape = _flow_times(t, learning_rate / y_train.size, dtype)
+    row_shape = _test_row_shape(test_shape, layout)
+    out = {}
+    for name in names:
+      posterior = _POSTERIORS[name]
+      eig, y_eigen = flow(posterior.flow, k_train[posterior.flow])
+      scales = _integrated_relaxation(eig, tau)
+      b = k_test_train[posterior.flow] @ eig.evecs
+      mean = _scaled_product(b, scales, y_eigen)
+      mean = _matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
+                                test_shape, layout)
+      if not compute_cov:
+        out[name] = mean
+        continue
+      middle = (None if posterior.prior == posterior.flow else
+                prior_in_eigenbasis(posterior, eig, k_train[posterior.prior]))
+      d = eig.evecs.T @ k_test_train[posterior.prior].T
+      cov = _posterior_covariance(b, scales, k_test_test[posterior.prior], d,
+                                  middle, eig.evals)
+      cov = _matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
+                                  row_shape)
+      out[name] = Gaussian(mean, cov)
+    return _by_get(out, names, single, 'Gaussians' if compute_cov else 'Means')
+
+  return predict_fn

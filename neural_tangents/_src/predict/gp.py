@@ -1,0 +1,189 @@
+"""Exact GP posterior (`gp_inference`): NNGP, NTK-GP, or infinitely wide
+networks trained to convergence."""
+from typing import Any, Callable
+
+import jax.numpy as jnp
+
+from neural_tangents._src.predict.flow import _Eigen
+from neural_tangents._src.predict.flow import _eigh_psd
+from neural_tangents._src.predict.flow import _integrated_relaxation
+from neural_tangents._src.predict.flow import _posterior_covariance
+from neural_tangents._src.predict.flow import _regularize
+from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.layout import _check_finite
+from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _is_kernel_like
+from neural_tangents._src.predict.layout import _kernel_to_matrix
+from neural_tangents._src.predict.layout import _layout
+from neural_tangents._src.predict.layout import _matrix_to_covariance
+from neural_tangents._src.predict.layout import _matrix_to_outputs
+from neural_tangents._src.predict.layout import _outputs_to_matrix
+from neural_tangents._src.predict.layout import _test_row_shape
+from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.layout import Array
+from neural_tangents._src.predict.posterior import _by_get
+from neural_tangents._src.predict.posterior import _cached
+from neural_tangents._src.predict.posterior import _parse_get
+from neural_tangents._src.predict.posterior import _POSTERIORS
+from neural_tangents._src.predict.posterior import Gaussian
+from neural_tangents._src.utils.typing import Axes, Get
+
+
+def gp_inference(
+    k_train_train: Any,
+    y_train: Array,
+    diag_reg: float = 0.,
+    diag_reg_absolute_scale: bool = False,
+    trace_axes: Axes = (-1,),
+) -> Callable[..., Any]:
+  """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
+
+  With `Theta_reg` the inverted train-train kernel plus
+  `diag_reg * trace(Theta) / m` on its diagonal (`m` its number of rows;
+  `diag_reg` itself with `diag_reg_absolute_scale`), `*` the test points and
+  `K` the NNGP:
+
+  * `get='nngp'`: the textbook posterior with prior `K` and observation noise
+    (`Theta = K`, `K_reg` its regularized train-train kernel)::
+
+      mean = K_* K_reg^{-1} y,    cov = K_** - K_* K_reg^{-1} K_*^T.
+
+  * `get='ntkgp'`: the same posterior with the NTK as prior covariance, the
+    NTK-GP of He, Lakshminarayanan & Teh 2020 (the distribution of their
+    Bayesian deep ensembles)::
+
+      mean = Theta_* Theta_reg^{-1} y,
+      cov = Theta_** - Theta_* Theta_reg^{-1} Theta_*^T.
+
+  * `get='ntk'`: infinitely wide networks trained to convergence (`t = inf`
+    in `gradient_descent_mse_ensemble`), whose outputs at initialization have
+    the prior `K`::
+
+      mean = Theta_* Theta_reg^{-1} y,
+      cov = K_** - Theta_* Theta_reg^{-1} K_*^T - K_* Theta_reg^{-1} Theta_*^T
+            + Theta_* Theta_reg^{-1} K Theta_reg^{-1} Theta_*^T,
+
+    with the train-train NNGP `K` not regularized.
+
+  Each train-train kernel is eigendecomposed once, on first use.
+
+  Args:
+    k_train_train: train-train kernel: an array (used as the kernel of any
+      `get`), or an `nt.Kernel` / namedtuple with the `nngp` and/or `ntk`
+      kernels that the calls need ('ntkgp' needs `ntk`; the 'ntk'
+      covariance needs both).
+    y_train: targets, `(N, O_1, ..., O_d)`.
+    diag_reg: diagonal regularizer (noise variance) of the inverted
+      train-train kernel, relative to its mean diagonal entry.
+    diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
+    trace_axes: output axes traced out of the kernels.
+
+  Returns:
+    `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
+    each `get` in 'nngp', 'ntk', 'ntkgp' (a namedtuple with fields in the
+    order of `get` for a tuple, `('nngp', 'ntk')` for `get=None`; the value
+    itself for a string or when all kernels are arrays and `get=None`), a
+    `Gaussian(mean, covariance)`; `covariance` is `None` unless `k_test_test`
+    is given. `k_test_train=None` predicts on the training points (with the
+    unregularized kernel).
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+    >>> predict_fn = nt.predict.gp_inference(kernel_fn(x_train, None),
+    ...                                      y_train, diag_reg=1e-3)
+    >>> mean, cov = predict_fn('ntkgp', kernel_fn(x_test, x_train),
+    ...                        kernel_fn(x_test, None))
+    >>> mean.shape, cov.shape
+    ((2, 1), (2, 2))
+  """
+  y_train = jnp.asarray(y_train)
+  layout = _layout(y_train, trace_axes)
+  n_pairs = len(layout.untraced)
+  cache: dict[Any, Any] = {}
+
+  def matrix(k: Any, kernel: str, arg: str, square: bool) -> Array:
+    if _is_kernel_like(k):
+      k = getattr(k, kernel, None)
+      if k is None:
+        raise ValueError(
+            f'`{arg}` has no "{kernel}" kernel; `get="nngp"` needs "nngp", '
+            '"ntk" and "ntkgp" need "ntk", and the "ntk" covariance also needs'
+            ' "nngp". Pass a kernel that contains it.')
+    k = jnp.asarray(k)
+    _check_kernel(k, arg, y_train, layout, trace_axes, square=square)
+    return _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
+                             n_pairs)
+
+  def train(kernel: str) -> Array:
+    return _cached(cache, ('k', kernel),
+                   lambda: matrix(k_train_train, kernel, 'k_train_train', True))
+
+  def flow(kernel: str) -> tuple[_Eigen, Array]:
+    def compute():
+      k = train(kernel)
+      _check_finite(k, 'k_train_train')
+      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
+      y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
+      return eig, eig.evecs.T @ y
+    return _cached(cache, ('flow', kernel), compute)
+
+  def predict_fn(get: Get = None,
+                 k_test_train: Any = None,
+                 k_test_test: Any = None) -> Any:
+    names, single = _parse_get(get)
+    if get is None and not _is_kernel_like(k_train_train):
+      names, single = ('nngp',), True
+    compute_cov = k_test_test is not None
+    out = {}
+    for name in names:
+      posterior = _POSTERIORS[name]
+      eig, y_eigen = flow(posterior.flow)
+      if k_test_train is None:
+        k_test, test_shape = train(posterior.flow), y_train.shape
+      else:
+        k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
+        test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
+                                 y_train, layout)
+      scales = _integrated_relaxation(eig, None)
+      b = k_test @ eig.evecs
+      mean = _matrix_to_outputs(_scaled_product(b, scales, y_eigen)[0],
+                                test_shape, layout)
+      cov = None
+      if compute_cov:
+        k_prior_test = (
+            train(posterior.prior) if k_test_train is None else
+            matrix(k_test_train, posterior.prior, 'k_test_train', False))
+        k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
+        row_shape = _test_row_shape(test_shape, layout)
+        expected = tuple(size for size in row_shape for _ in range(2))
+        if k_tt_array.shape != expected:
+          raise ValueError(
+              f'`k_test_test` has shape {k_tt_array.shape} but the test '
+              f'outputs have shape {test_shape}, which need a test-test '
+              f'kernel of shape {expected}: pass the test-test kernel of the '
+              'same test points as `k_test_train`.')
+        k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
+        middle = None
+        if posterior.prior != posterior.flow:
+          middle = _cached(cache, ('middle', posterior), lambda: (
+              eig.evecs.T @ train(posterior.prior) @ eig.evecs))
+        d = eig.evecs.T @ k_prior_test.T
+        cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
+                                    middle, eig.evals)[0]
+        cov = _matrix_to_covariance(cov, row_shape)
+      out[name] = Gaussian(mean, cov)
+    return _by_get(out, names, single, 'Gaussians')
+
+  return predict_fn
+
+
+def _kernel_of(k: Any, name: str) -> Any:
+  if _is_kernel_like(k):
+    value = getattr(k, name, None)
+    if value is None:
+      raise ValueError(f'The kernel has no "{name}" field; pass a kernel '
+                       'that contains it.')
+    return value
+  return k

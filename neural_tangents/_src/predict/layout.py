@@ -1,0 +1,177 @@
+"""The kernel and output layout of `predict`: which output axes are traced,
+kernels and outputs as matrices and back, and checks of user kernels."""
+import math
+from typing import Any, NamedTuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src.utils.typing import Axes
+
+
+Array = jax.Array
+ArrayOrScalar = Union[Array, float, np.ndarray]
+
+
+class _Layout(NamedTuple):
+  """Which output axes of `y_train` are kept in the kernel, and which traced."""
+  untraced: tuple[int, ...]
+  traced: tuple[int, ...]
+
+
+def _layout(y_train: Array, trace_axes: Axes) -> _Layout:
+  """Splits the output axes of `y_train` into untraced and traced ones."""
+  ndim = y_train.ndim
+  if ndim < 1:
+    raise ValueError('`y_train` must have a leading batch axis (one row per '
+                     f'training point); got a scalar of shape {y_train.shape}.')
+  axes = (trace_axes,) if isinstance(trace_axes, int) else tuple(trace_axes)
+  for axis in axes:
+    if not -ndim <= axis < ndim:
+      raise ValueError(f'`trace_axes={trace_axes}` is out of range for '
+                       f'`y_train` of shape {y_train.shape}.')
+  traced = tuple(sorted({axis % ndim for axis in axes}))
+  if 0 in traced:
+    raise ValueError(
+        f'`trace_axes={trace_axes}` includes the batch axis 0 of `y_train` '
+        f'of shape {y_train.shape}. Only output axes can be traced: reshape '
+        '`y_train` to `(N, 1)`, or pass `trace_axes=()`.')
+  untraced = tuple(i for i in range(1, ndim) if i not in traced)
+  return _Layout(untraced, traced)
+
+
+def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
+  """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`."""
+  rows = (0,) + tuple(2 + 2 * i for i in range(n_pairs))
+  cols = (1,) + tuple(3 + 2 * i for i in range(n_pairs))
+  k = jnp.transpose(k, rows + cols)
+  n_rows = math.prod(k.shape[:len(rows)])
+  return k.reshape(n_rows, -1)
+
+
+def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
+  """`(..., R, R)`, `R = prod(row_shape)` -> `(..., n, n, a_1, a_1, ...)`."""
+  lead = m.shape[:-2]
+  n_lead, n_row = len(lead), len(row_shape)
+  m = m.reshape(lead + row_shape + row_shape)
+  pairs = tuple(axis for i in range(n_row)
+                for axis in (n_lead + i, n_lead + n_row + i))
+  return jnp.transpose(m, tuple(range(n_lead)) + pairs)
+
+
+def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
+  """`(N, O_1, ..., O_d)` -> `(N * untraced sizes, traced sizes)`."""
+  fx = jnp.transpose(fx, (0,) + layout.untraced + layout.traced)
+  n_rows = math.prod(fx.shape[:1 + len(layout.untraced)])
+  return fx.reshape(n_rows, -1)
+
+
+def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
+                       layout: _Layout) -> Array:
+  """Inverse of `_outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
+  lead = m.shape[:-2]
+  order = (0,) + layout.untraced + layout.traced
+  m = m.reshape(lead + tuple(shape[i] for i in order))
+  inverse = tuple(int(i) for i in np.argsort(order))
+  n_lead = len(lead)
+  return jnp.transpose(m, tuple(range(n_lead)) +
+                       tuple(n_lead + i for i in inverse))
+
+
+def _test_shape(k_test_train: Array, y_train: Array,
+                layout: _Layout) -> tuple[int, ...]:
+  """Shape of the test outputs: test sizes of untraced axes, else train's."""
+  shape = [k_test_train.shape[0]] + list(y_train.shape[1:])
+  for i, axis in enumerate(layout.untraced):
+    shape[axis] = k_test_train.shape[2 + 2 * i]
+  return tuple(shape)
+
+
+def _test_row_shape(test_shape: tuple[int, ...],
+                    layout: _Layout) -> tuple[int, ...]:
+  return (test_shape[0],) + tuple(test_shape[i] for i in layout.untraced)
+
+
+# Argument checks.
+
+
+def _is_kernel_like(k: Any) -> bool:
+  return hasattr(k, 'nngp') or hasattr(k, 'ntk')
+
+
+def _as_array_kernel(k: Any, name: str) -> Array:
+  if _is_kernel_like(k):
+    raise ValueError(
+        f'`{name}` must be an array, got a {type(k).__name__} with `nngp` / '
+        f'`ntk` fields. Pass `{name}.ntk` to train the whole network, or '
+        f'`{name}.nngp` to train only its readout layer.')
+  return jnp.asarray(k)
+
+
+def _expected_kernel_shape(rows: Union[int, str], y_train: Array,
+                           layout: _Layout) -> tuple[Any, ...]:
+  shape = [rows, y_train.shape[0]]
+  for axis in layout.untraced:
+    shape += ['*' if rows == '*' else y_train.shape[axis], y_train.shape[axis]]
+  return tuple(shape)
+
+
+def _check_kernel(k: Array, name: str, y_train: Array, layout: _Layout,
+                  trace_axes: Axes, square: bool) -> None:
+  """Raises `ValueError` unless `k` relates points to the `y_train` points."""
+  n = y_train.shape[0]
+  expected = _expected_kernel_shape(n if square else '*', y_train, layout)
+  if k.ndim != len(expected):
+    raise ValueError(
+        f'`{name}` has shape {k.shape}, but `y_train` of shape '
+        f'{y_train.shape} with `trace_axes={trace_axes}` needs a kernel of '
+        f'shape {expected}: the two batch axes, then a pair of axes for each '
+        'output axis not in `trace_axes`. Compute the kernel with these '
+        '`trace_axes`, or change `trace_axes`.')
+  if k.shape[1] != n or (square and k.shape[0] != n):
+    raise ValueError(
+        f'`y_train` has {n} rows (shape {y_train.shape}) but `{name}` has '
+        f'shape {k.shape}; expected {expected}. The kernel must relate the '
+        'same training points that `y_train` labels: pass one `y_train` row '
+        'per training point of the kernel.')
+  for i, axis in enumerate(layout.untraced):
+    if k.shape[3 + 2 * i] != y_train.shape[axis] or (
+        square and k.shape[2 + 2 * i] != y_train.shape[axis]):
+      raise ValueError(
+          f'`{name}` has shape {k.shape} but `y_train` has shape '
+          f'{y_train.shape}: output axis {axis} of size {y_train.shape[axis]} '
+          f'needs kernel axes of shape {expected}. Check `trace_axes`.')
+
+
+def _check_finite(k: Array, name: str) -> None:
+  """Raises `ValueError` on NaN / inf, when `k` is concrete (not traced)."""
+  if isinstance(k, jax.core.Tracer):
+    return
+  if not bool(jnp.all(jnp.isfinite(k))):
+    raise ValueError(f'`{name}` contains NaN or inf values; the kernel must '
+                     'be finite.')
+
+
+def _check_fx(fx: Any, shape: tuple[int, ...], name: str) -> Array:
+  """Broadcasts initial outputs `fx` to `shape`, or raises `ValueError`."""
+  fx = jnp.asarray(fx)
+  try:
+    return jnp.broadcast_to(fx, shape)
+  except ValueError:
+    raise ValueError(f'`{name}` has shape {fx.shape}, but the outputs have '
+                     f'shape {shape}: pass a scalar or an array of shape '
+                     f'{shape}.') from None
+
+
+def _checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
+                          ) -> tuple[Array, Array, _Layout]:
+  """`(y_train, k_train_train, layout)` as arrays, after checking that the
+  kernel is a finite array relating the `y_train` points."""
+  y_train = jnp.asarray(y_train)
+  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
+  layout = _layout(y_train, trace_axes)
+  _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
+                square=True)
+  _check_finite(k_train_train, 'k_train_train')
+  return y_train, k_train_train, layout

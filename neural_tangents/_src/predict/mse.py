@@ -1,0 +1,191 @@
+"""Closed-form MSE gradient descent of one linearized network
+(`gradient_descent_mse`) and its largest stable learning rate
+(`max_learning_rate`)."""
+from typing import Callable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from neural_tangents._src.predict.flow import _eigh_psd
+from neural_tangents._src.predict.flow import _flow_times
+from neural_tangents._src.predict.flow import _integrated_relaxation
+from neural_tangents._src.predict.flow import _lead
+from neural_tangents._src.predict.flow import _regularize
+from neural_tangents._src.predict.flow import _relaxation
+from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.layout import _as_array_kernel
+from neural_tangents._src.predict.layout import _check_fx
+from neural_tangents._src.predict.layout import _check_kernel
+from neural_tangents._src.predict.layout import _checked_train_kernel
+from neural_tangents._src.predict.layout import _kernel_to_matrix
+from neural_tangents._src.predict.layout import _matrix_to_outputs
+from neural_tangents._src.predict.layout import _outputs_to_matrix
+from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.layout import Array
+from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.utils.typing import Axes
+
+
+def gradient_descent_mse(
+    k_train_train: Array,
+    y_train: Array,
+    learning_rate: float = 1.,
+    diag_reg: float = 0.,
+    diag_reg_absolute_scale: bool = False,
+    trace_axes: Axes = (-1,),
+) -> Callable[..., Union[Array, tuple[Array, Array]]]:
+  """Outputs of a linearized network trained by gradient descent on MSE.
+
+  With `Theta` the regularized train-train NTK, `n = y_train.size`,
+  `s = learning_rate * t` and `Theta_*` the test-train NTK, gradient flow on
+  `0.5 * mean((f - y)**2)` gives [2]
+
+    f_train(t) = f_train(0) + (I - exp(-Theta s / n)) (y - f_train(0)),
+    f_test(t) = f_test(0) + Theta_* Theta^{-1} (I - exp(-Theta s / n))
+                (y - f_train(0)).
+
+  Both are evaluated through one eigendecomposition of `Theta`, computed here
+  and reused for every call and every time. At `t=None` (infinity) the test
+  outputs are kernel (ridge) regression `f_test(0) + Theta_* Theta^+ (y -
+  f_train(0))` and the train outputs reach `y` (if `Theta` is singular,
+  `f_train(0)` plus the projection of `y - f_train(0)` on its range).
+
+  Args:
+    k_train_train: train-train NTK, `(N, N)` plus a pair of axes per output
+      axis not in `trace_axes` (see the module docstring). Passing the NNGP
+      instead gives the dynamics of training only the readout layer.
+    y_train: targets, `(N, O_1, ..., O_d)`.
+    learning_rate: learning rate of the gradient descent steps counted by `t`.
+    diag_reg: diagonal regularizer of `k_train_train`, relative to its mean
+      diagonal entry.
+    diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
+    trace_axes: output axes of `y_train` traced out of the kernels.
+
+  Returns:
+    `predict_fn(t=None, fx_train_0=0., fx_test_0=None, k_test_train=None)`.
+    `t`: the number of steps, a scalar or an array of any shape (adding its
+    shape as leading axes of the outputs); `None` is infinite time.
+    `fx_train_0`: train outputs at `t = 0`, a scalar or shaped like `y_train`;
+    `None` skips train predictions (returned as `None`). `fx_test_0`: test
+    outputs at `t = 0` (zero if `k_test_train` is given without it).
+    `k_test_train`: test-train NTK, `(N_test, N)` plus output axis pairs.
+    It returns `fx_train_t`, or `(fx_train_t, fx_test_t)` when `k_test_train`
+    is given.
+
+  Raises:
+    ValueError: if the kernel's shape does not match `y_train` and
+      `trace_axes`, or the kernel is not finite.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> x_train, y_train, x_test = x1, jnp.array([[1.], [-1.], [0.5]]), x2
+    >>> predict_fn = nt.predict.gradient_descent_mse(
+    ...     kernel_fn(x_train, None, 'ntk'), y_train)
+    >>> fx_train_t, fx_test_t = predict_fn(
+    ...     t=jnp.array([1., 10.]), fx_train_0=0.,
+    ...     k_test_train=kernel_fn(x_test, x_train, 'ntk'))
+    >>> fx_test_t.shape  # (t, N_test, O)
+    (2, 2, 1)
+  """
+  y_train, k_train_train, layout = _checked_train_kernel(
+      k_train_train, y_train, trace_axes)
+  dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
+  k = _kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
+  eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
+  y = _outputs_to_matrix(y_train.astype(dtype), layout)
+  rate = learning_rate / y_train.size
+
+  def predict_fn(
+      t: Optional[ArrayOrScalar] = None,
+      fx_train_0: Optional[ArrayOrScalar] = 0.,
+      fx_test_0: Optional[ArrayOrScalar] = None,
+      k_test_train: Optional[Array] = None,
+  ) -> Union[Optional[Array], tuple[Optional[Array], Array]]:
+    if fx_test_0 is not None and k_test_train is None:
+      raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
+                       '`k_test_train` to predict on the test set.')
+    tau, t_shape = _flow_times(t, rate, dtype)
+    residual = y
+    if fx_train_0 is not None:
+      fx_train_0 = _check_fx(fx_train_0, y_train.shape, 'fx_train_0')
+      residual = y - _outputs_to_matrix(fx_train_0.astype(dtype), layout)
+    residual_eigen = eig.evecs.T @ residual
+
+    fx_train_t = None
+    if fx_train_0 is not None:
+      change = _scaled_product(eig.evecs, _relaxation(eig, tau),
+                               residual_eigen)
+      change = change.reshape(t_shape + change.shape[1:])
+      fx_train_t = _lead(fx_train_0, t_shape) + _matrix_to_outputs(
+          change, y_train.shape, layout)
+    if k_test_train is None:
+      return fx_train_t
+
+    k_test_train = _as_array_kernel(k_test_train, 'k_test_train')
+    _check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
+                  square=False)
+    test_shape = _test_shape(k_test_train, y_train, layout)
+    fx_test_0 = _check_fx(0. if fx_test_0 is None else fx_test_0, test_shape,
+                          'fx_test_0')
+    k_test = _kernel_to_matrix(k_test_train.astype(dtype),
+                               len(layout.untraced))
+    change = _scaled_product(k_test @ eig.evecs,
+                             _integrated_relaxation(eig, tau), residual_eigen)
+    change = change.reshape(t_shape + change.shape[1:])
+    fx_test_t = _lead(fx_test_0, t_shape) + _matrix_to_outputs(
+        change, test_shape, layout)
+    return fx_train_t, fx_test_t
+
+  return predict_fn
+
+
+def max_learning_rate(
+    ntk_train_train: Array,
+    y_train_size: Optional[int] = None,
+    momentum: float = 0.,
+    eps: float = 1e-12,
+) -> float:
+  """The largest learning rate for which gradient descent on MSE converges.
+
+  Discrete gradient descent on `0.5 * mean((f - y)**2)` over `n =
+  y_train_size` outputs moves the error by `e <- (I - lr Theta / n) e`, which
+  converges iff `lr < 2 n / lambda_max(Theta)`. With heavy-ball momentum `m`
+  the error follows `e' = ((1 + m) I - lr Theta / n) e - m e_prev`, which
+  converges iff `lr < 2 (1 + m) n / lambda_max(Theta)`.
+
+  Args:
+    ntk_train_train: train-train NTK, `(N, N)` plus a pair of axes per
+      untraced output axis.
+    y_train_size: `y_train.size`, the number of outputs the MSE averages over.
+      `None` means the kernel's number of rows with output axes flattened,
+      i.e. `trace_axes=()` or a single output; with traced output axes pass
+      `y_train.size`.
+    momentum: heavy-ball momentum in `[0, 1)`.
+    eps: added to `lambda_max` so that a zero kernel gives a finite rate.
+
+  Returns:
+    The critical learning rate `2 (1 + momentum) n / (lambda_max + eps)`.
+
+  Example:
+    >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
+    ...                               stax.Dense(1))
+    >>> ntk_train_train, y_train = kernel_fn(x1, None, 'ntk'), jnp.ones((3, 1))
+    >>> lr = nt.predict.max_learning_rate(ntk_train_train, y_train.size)
+    >>> predict_fn = nt.predict.gradient_descent_mse(ntk_train_train, y_train,
+    ...                                              learning_rate=0.5 * lr)
+    >>> predict_fn(t=100.).shape
+    (3, 1)
+  """
+  k = _as_array_kernel(ntk_train_train, 'ntk_train_train')
+  if k.ndim < 2 or k.ndim % 2 or k.shape[0] != k.shape[1]:
+    raise ValueError(f'`ntk_train_train` must have shape (N, N) plus pairs of '
+                     f'output axes; got {k.shape}.')
+  if not 0. <= momentum < 1.:
+    raise ValueError(f'`momentum` must be in [0, 1); got {momentum}.')
+  k = _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
+                        k.ndim // 2 - 1)
+  size = k.shape[0] if y_train_size is None else y_train_size
+  max_eval = jnp.linalg.eigvalsh((k + k.T) / 2)[-1]
+  lr = 2. * (1. + momentum) * size / (max_eval + eps)
+  return lr if isinstance(lr, jax.core.Tracer) else float(lr)

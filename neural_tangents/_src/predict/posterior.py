@@ -1,0 +1,94 @@
+"""What `get` selects in `predict`: the flow and prior kernels of each
+posterior ('nngp', 'ntk', 'ntkgp'), the `Gaussian` result, and the cache of
+per-kernel work shared by calls."""
+import collections
+import functools
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+
+from neural_tangents._src.predict.layout import Array
+from neural_tangents._src.utils import arguments
+from neural_tangents._src.utils.typing import Get
+
+
+# What `get=None` returns.
+_GETS = ('nngp', 'ntk')
+
+
+class _Posterior(NamedTuple):
+  """The two kernels that define the prediction of one `get`.
+
+  Attributes:
+    flow: the train-train kernel that drives gradient flow and is inverted
+      (the only one that `diag_reg` regularizes).
+    prior: the covariance of the outputs at initialization, `f_0`.
+  """
+  flow: str
+  prior: str
+
+
+_POSTERIORS = {
+    'nngp': _Posterior(flow='nngp', prior='nngp'),
+    'ntk': _Posterior(flow='ntk', prior='nngp'),
+    'ntkgp': _Posterior(flow='ntk', prior='ntk'),
+}
+
+
+class Gaussian(NamedTuple):
+  """A Gaussian distribution over outputs.
+
+  Attributes:
+    mean: the mean, shaped like the outputs.
+    covariance: the covariance in the kernel layout (see the module
+      docstring); `None` when not computed.
+  """
+  mean: Array
+  covariance: Optional[Array]
+
+
+def _parse_get(get: Get) -> tuple[tuple[str, ...], bool]:
+  """`get` -> (names, whether a single value, not a namedtuple, is returned)."""
+  try:
+    names, single = arguments.parse_get(get, tuple(_POSTERIORS))
+  except ValueError as e:
+    raise ValueError(f'`get` must be "nngp", "ntk", "ntkgp", a tuple of '
+                     f'them, or None; got {get!r}. {e}') from None
+  return names or _GETS, single
+
+
+def _kernels_needed(names: Sequence[str], compute_cov: bool) -> tuple[str, ...]:
+  """Kernels ('nngp', 'ntk' in this order) that predictions of `names` use."""
+  used = set()
+  for name in names:
+    used.add(_POSTERIORS[name].flow)
+    if compute_cov:
+      used.add(_POSTERIORS[name].prior)
+  return tuple(k for k in ('nngp', 'ntk') if k in used)
+
+
+@functools.lru_cache(maxsize=None)
+def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
+  return collections.namedtuple(typename, fields)
+
+
+def _by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
+            typename: str) -> Any:
+  if single:
+    return values[names[0]]
+  return _namedtuple(typename, names)(*(values[name] for name in names))
+
+
+def _is_concrete(tree: Any) -> bool:
+  return not any(isinstance(leaf, jax.core.Tracer)
+                 for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _cached(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
+  """`cache[key]`, computed once; traced values are not kept (they'd leak)."""
+  if key in cache:
+    return cache[key]
+  value = compute()
+  if _is_concrete(value):
+    cache[key] = value
+  return value
