@@ -114,7 +114,8 @@ class NoFallbackTest(test_utils.NeuralTangentsTestCase):
     x1 = jax.random.normal(jax.random.PRNGKey(2), shape)
     x2 = jax.random.normal(jax.random.PRNGKey(3), (2,) + shape[1:])
     kernels = [
-        nt.empirical_ntk_fn(apply_fn, implementation=implementation)(x1, x2, params)
+        nt.empirical_ntk_fn(apply_fn, implementation=implementation)(
+            x1, x2, params)
         for implementation in (nt.NtkImplementation.JACOBIAN_CONTRACTION,
                                nt.NtkImplementation.STRUCTURED_DERIVATIVES)]
     self.assertAllClose(kernels[1], kernels[0], rtol=_TOL, atol=_TOL)

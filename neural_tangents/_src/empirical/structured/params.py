@@ -5,9 +5,7 @@ renamed or restructured parameter in a new JAX release breaks here, in one
 place, rather than in every rule that reads it.
 
 Example:
-  >>> # `program` reads `scan` parameters here while it is being imported: the
-# annotations below are strings so that they are not evaluated then.
-from neural_tangents._src.empirical.structured import program  # pylint: disable=unused-import
+  >>> from neural_tangents._src.empirical.structured import program
   >>> p = program.trace_program(lambda a: [a[0].sum(0)],
   ...                           [jax.ShapeDtypeStruct((3, 2), np.float32)])
   >>> reduction_axes(p.eqns[0])

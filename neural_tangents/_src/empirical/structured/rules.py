@@ -597,16 +597,28 @@ def _conv_axis(eqn, in_axes):
   return [conv.out_spec[0]]
 
 
-def _cumulative_axis(eqn, in_axes):
-  a = _only_axis(in_axes)
-  require(params.axis(eqn) != a)
-  return [a]
+def _keeps_axis(operated_on: Callable[[prog.Eqn], Sequence[int]],
+                find: Optional[Callable[[list], int]] = None):
+  """The batch-axis rule of a primitive acting along `operated_on(eqn)`.
+
+  The batch axis (found by `find`: the only batched input's by default) must
+  be another axis, and every output keeps it.
+  """
+  find = find or _only_axis
+
+  def batch_axis(eqn, in_axes):
+    a = find(in_axes)
+    require(a not in operated_on(eqn))
+    return [a] * len(eqn.outputs)
+
+  return batch_axis
 
 
-def _rev_axis(eqn, in_axes):
-  a = _only_axis(in_axes)
-  require(a not in params.reversed_dimensions(eqn))
-  return [a]
+# `cumsum`, ..., `split`: the batch axis is not their `axis`.
+_not_along_axis_param = _keeps_axis(lambda eqn: (params.axis(eqn),))
+_rev_axis = _keeps_axis(params.reversed_dimensions)
+_concatenate_axis = _keeps_axis(
+    lambda eqn: (params.concatenate_dimension(eqn),), _common_axis)
 
 
 def _slice_axis(eqn, in_axes):
@@ -624,21 +636,9 @@ def _pad_axis(eqn, in_axes):
   return [a]
 
 
-def _concatenate_axis(eqn, in_axes):
-  a = _common_axis(in_axes)
-  require(params.concatenate_dimension(eqn) != a)
-  return [a]
-
-
 def _stack_axis(eqn, in_axes):
   a = _common_axis(in_axes)
   return [a + 1 if params.axis(eqn) <= a else a]
-
-
-def _split_axis(eqn, in_axes):
-  a = _only_axis(in_axes)
-  require(params.axis(eqn) != a)
-  return [a] * len(eqn.outputs)
 
 
 def _reduce_window_axis(eqn, in_axes):
@@ -723,8 +723,8 @@ _TABLE = (
     *(Rule(name, batch_axis=_reduction_axis) for name in (
         'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
         'reduce_xor', 'argmax', 'argmin')),
-    Rule('cumsum', linear_in=_linear(_ANY), batch_axis=_cumulative_axis),
-    *(Rule(name, batch_axis=_cumulative_axis)
+    Rule('cumsum', linear_in=_linear(_ANY), batch_axis=_not_along_axis_param),
+    *(Rule(name, batch_axis=_not_along_axis_param)
       for name in ('cumprod', 'cummax', 'cummin', 'cumlogsumexp')),
     Rule('slice', linear_in=_linear(_ANY), leaf_region=_slice_region,
          batch_axis=_slice_axis),
@@ -733,7 +733,7 @@ _TABLE = (
     Rule('concatenate', linear_in=_linear(_ANY),
          batch_axis=_concatenate_axis),
     Rule('stack', batch_axis=_stack_axis),
-    Rule('split', batch_axis=_split_axis),
+    Rule('split', batch_axis=_not_along_axis_param),
     Rule('dynamic_slice', linear_in=_linear(_FIRST)),
     Rule('gather', linear_in=_linear(_FIRST)),
     Rule('reduce_window_sum', linear_in=_linear(_ONE_INPUT),
