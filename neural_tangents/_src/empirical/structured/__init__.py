@@ -1,4 +1,4 @@
-"""STRUCTURED_DERIVATIVES: NTKs from the structure of each primitive's derivative.
+"""STRUCTURED_DERIVATIVES: NTKs from the structure of primitives' derivatives.
 
 The pipeline (docs/dev/structured_derivatives.md): `program` traces `f` into
 a flat program; `separability` proves its examples independent; `plan`

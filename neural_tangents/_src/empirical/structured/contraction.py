@@ -95,7 +95,8 @@ def side_values(plan: Plan, side: int, inputs: Sequence[Array],
   targets, lazy_sites, _ = _needed(plan, side)
   var_targets = [t for t in targets if not isinstance(t, int)]
   out_targets = [t for t in targets if isinstance(t, int)]
-  factor_atoms = [f.atom for i in lazy_sites for f in side_plan.forms[i].factors]
+  factor_atoms = [f.atom for i in lazy_sites
+                  for f in side_plan.forms[i].factors]
   factor_atoms += [f.atom for tails in plan.tails.values()
                    for f in tails[side].factors]
   mat_atoms = _materialization_atoms(plan, side)
@@ -147,7 +148,8 @@ def value_axes(plan: Plan, side: int) -> dict[str, Any]:
   lazy_sites = _lazy_sites(plan)
   axis = lambda f: None if side_plan.shared(f.atom) else 0
   return {'G': 0, 'J': 0,
-          'X': {i: [axis(f) for f in side_plan.forms[i].factors] for i in lazy_sites},
+          'X': {i: [axis(f) for f in side_plan.forms[i].factors]
+                for i in lazy_sites},
           'T': {key: [axis(f) for f in tails[side].factors]
                 for key, tails in plan.tails.items()}}
 
@@ -441,7 +443,7 @@ def _cheapest_operands(context: _KernelContext, site: int,
       continue
     operands = sides[0][0] + sides[1][0]
     scale = sides[0][1] * sides[1][1]
-    present = set(l for _, letters in operands for l in letters)
+    present = set(letter for _, letters in operands for letter in letters)
     cost = einsum_cost(*operands, result=[
         r for r in result if r in present]) if operands else 0.
     if tail:

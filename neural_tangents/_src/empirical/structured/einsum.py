@@ -51,7 +51,7 @@ def mask(letters: Sequence[Letter], shape: Sequence[int]) -> tuple[Letter, ...]:
     >>> mask([0, 1, 2], (3, 1, 4))
     (0, None, 2)
   """
-  return tuple(None if s == 1 else l for l, s in zip(letters, shape))
+  return tuple(None if s == 1 else letter for letter, s in zip(letters, shape))
 
 
 def squeeze_units(x: Array, letters: Sequence[Letter], lead: int) -> Array:
@@ -61,7 +61,7 @@ def squeeze_units(x: Array, letters: Sequence[Letter], lead: int) -> Array:
     >>> squeeze_units(jnp.ones((2, 3, 1)), (0, None), lead=1).shape
     (2, 3)
   """
-  axes = tuple(lead + i for i, l in enumerate(letters) if l is None)
+  axes = tuple(lead + i for i, letter in enumerate(letters) if letter is None)
   return jnp.squeeze(x, axes) if axes else x
 
 
@@ -102,10 +102,11 @@ def einsum_into(operands: list, result: Sequence[int], shape: Sequence[int],
   """
   if not operands:
     return jnp.ones(tuple(shape), dtype)
-  present = set(l for _, ls in operands for l in ls)
-  kept = [l for l in result if l in present]
+  present = set(letter for _, ls in operands for letter in ls)
+  kept = [letter for letter in result if letter in present]
   out = einsum(*operands, result=kept)
-  out = out.reshape([s if l in present else 1 for l, s in zip(result, shape)])
+  out = out.reshape([s if letter in present else 1
+                     for letter, s in zip(result, shape)])
   return jnp.broadcast_to(out, tuple(shape))
 
 
@@ -124,17 +125,17 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
     (2, 4)
   """
   arrays = [a for a, _ in operands_and_letters]
-  letters = [list(l) for _, l in operands_and_letters]
-  if any(len(set(l)) < len(l) for l in letters):
+  letters = [list(letter) for _, letter in operands_and_letters]
+  if any(len(set(letter)) < len(letter) for letter in letters):
     # Repeated letters in an operand (diagonals): jnp.einsum handles them.
     args = []
-    for a, l in zip(arrays, letters):
-      args += [a, l]
+    for a, letter in zip(arrays, letters):
+      args += [a, letter]
     return jnp.einsum(*args, list(result))
-  for a, l in zip(arrays, letters):
-    if a.ndim != len(l):
-      raise ValueError(f'An operand of shape {a.shape} has letters {l}.')
-  path, _ = _contraction_path(tuple(tuple(l) for l in letters),
+  for a, letter in zip(arrays, letters):
+    if a.ndim != len(letter):
+      raise ValueError(f'An operand of shape {a.shape} has letters {letter}.')
+  path, _ = _contraction_path(tuple(tuple(letter) for letter in letters),
                               tuple(tuple(a.shape) for a in arrays),
                               tuple(result))
   for pair in path:
@@ -152,7 +153,7 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
     letters.append(la)
   (a, la), = zip(arrays, letters)
   a, la = _sum_out(a, la, set(result))
-  return jnp.transpose(a, [la.index(l) for l in result])
+  return jnp.transpose(a, [la.index(letter) for letter in result])
 
 
 def einsum_cost(*operands_and_letters, result: Sequence[int]) -> float:
@@ -163,7 +164,7 @@ def einsum_cost(*operands_and_letters, result: Sequence[int]) -> float:
     ...             result=[0, 2])
     48.0
   """
-  letters = tuple(tuple(l) for _, l in operands_and_letters)
+  letters = tuple(tuple(letter) for _, letter in operands_and_letters)
   shapes = tuple(tuple(a.shape) for a, _ in operands_and_letters)
   return _contraction_path(letters, shapes, tuple(result))[1]
 
@@ -174,10 +175,11 @@ def _contraction_path(letters: tuple, shapes: tuple,
   """opt_einsum's contraction order, and its FLOPs."""
   if len(letters) == 1:
     return [(0,)], float(math.prod(shapes[0]))
-  symbols = {l: opt_einsum.get_symbol(i)
-             for i, l in enumerate(sorted(set(result).union(*letters)))}
-  spec = (','.join(''.join(symbols[l] for l in ls) for ls in letters) + '->' +
-          ''.join(symbols[l] for l in result))
+  symbols = {letter: opt_einsum.get_symbol(i)
+             for i, letter in enumerate(sorted(set(result).union(*letters)))}
+  spec = (','.join(''.join(symbols[letter] for letter in ls)
+                   for ls in letters) + '->' +
+          ''.join(symbols[letter] for letter in result))
   # 'optimal' searches all pairwise orders, cheap for a handful of operands,
   # and picks e.g. `(x1 x2^T) * (g1 g2^T)` over forming a Jacobian when
   # that is fewer FLOPs; dynamic programming scales to more operands.
@@ -190,10 +192,10 @@ def _contraction_path(letters: tuple, shapes: tuple,
 def _sum_out(a: Array, letters: list[int],
              keep: set[int]) -> tuple[Array, list[int]]:
   """Sums over the dimensions whose letters are not in `keep`."""
-  axes = tuple(i for i, l in enumerate(letters) if l not in keep)
+  axes = tuple(i for i, letter in enumerate(letters) if letter not in keep)
   if axes:
     a = jnp.sum(a, axis=axes)
-    letters = [l for l in letters if l in keep]
+    letters = [letter for letter in letters if letter in keep]
   return a, letters
 
 
@@ -210,19 +212,19 @@ def _contract_pair(a: Array, la: list[int], b: Array, lb: list[int],
   """
   a, la = _sum_out(a, la, keep | set(lb))
   b, lb = _sum_out(b, lb, keep | set(la))
-  shared = [l for l in la if l in lb]
-  batch = [l for l in shared if l in keep]
-  contract = [l for l in shared if l not in keep]
-  free_a = [l for l in la if l not in shared]
-  free_b = [l for l in lb if l not in shared]
+  shared = [letter for letter in la if letter in lb]
+  batch = [letter for letter in shared if letter in keep]
+  contract = [letter for letter in shared if letter not in keep]
+  free_a = [letter for letter in la if letter not in shared]
+  free_b = [letter for letter in lb if letter not in shared]
   size = dict(zip(la, a.shape)) | dict(zip(lb, b.shape))
-  prod = lambda ls: math.prod(size[l] for l in ls)
+  prod = lambda ls: math.prod(size[letter] for letter in ls)
   a, a_contract_last = _as_matrices(a, la, batch, free_a, contract, prod)
   b, b_contract_last = _as_matrices(b, lb, batch, free_b, contract, prod)
   dims = (((2 if a_contract_last else 1,), (2 if b_contract_last else 1,)),
           ((0,), (0,)))
   out = lax.dot_general(a, b, dims)
-  out = out.reshape([size[l] for l in batch + free_a + free_b])
+  out = out.reshape([size[letter] for letter in batch + free_a + free_b])
   return out, batch + free_a + free_b
 
 
@@ -236,7 +238,7 @@ def _as_matrices(x: Array, letters: list[int], batch: list[int],
   contract_last = letters != batch + contract + free
   order = batch + free + contract if contract_last else letters
   if order != letters:
-    x = jnp.transpose(x, [letters.index(l) for l in order])
+    x = jnp.transpose(x, [letters.index(letter) for letter in order])
   shape = ((prod(batch), prod(free), prod(contract)) if contract_last else
            (prod(batch), prod(contract), prod(free)))
   return x.reshape(shape), contract_last

@@ -12,7 +12,9 @@ Example:
   (0,)
 """
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+from jax.extend import core as jex_core
 
 # `program` reads `scan` parameters here while it is being imported: the
 # annotations below are strings so that they are not evaluated then.
@@ -162,3 +164,14 @@ def concatenate_dimension(eqn: 'program.Eqn') -> int:
 def axis(eqn: 'program.Eqn') -> int:
   """Of `cumsum` (and other cumulative ones), `stack` and `split`."""
   return eqn.params['axis']
+
+
+def call_body(eqn_params: dict[str, Any]) -> Optional[tuple[Any, Sequence[Any]]]:
+  """`(jaxpr, consts)` of a call primitive's body, if it has exactly one."""
+  for key in ('jaxpr', 'call_jaxpr', 'fun_jaxpr'):
+    j = eqn_params.get(key)
+    if isinstance(j, jex_core.ClosedJaxpr):
+      return j.jaxpr, j.consts
+    if isinstance(j, jex_core.Jaxpr):
+      return j, ()
+  return None

@@ -458,7 +458,8 @@ def _target_dims(plan: SidePlan, i: int) -> tuple:
   e = plan.example_letters[i]
   var = (plan.program.outputs[form.target] if isinstance(form.target, int)
          else form.target)
-  return tuple(s for s, l in zip(var.shape, form.y) if e is None or l != e)
+  return tuple(s for s, letter in zip(var.shape, form.y)
+               if e is None or letter != e)
 
 
 def _separable(plan: SidePlan, i: int) -> bool:
@@ -467,8 +468,8 @@ def _separable(plan: SidePlan, i: int) -> bool:
   e = plan.example_letters[i]
   p = set(plan.leaf_letters[i].letters) - {None}
   y = set(form.y) - {None, e}
-  x = set(l for f in form.factors for l in f.letters) - {None, e}
-  return y <= p and not y & x and len(y) == len([l for l in form.y
-                                                 if l not in (None, e)])
+  x = set(letter for f in form.factors for letter in f.letters) - {None, e}
+  return y <= p and not y & x and len(y) == len([letter for letter in form.y
+                                                 if letter not in (None, e)])
 
 

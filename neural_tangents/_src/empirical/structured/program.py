@@ -134,17 +134,6 @@ def program_from_jaxpr(closed: Any) -> Program:
   return Program(inputs, tuple(outputs), tuple(eqns))
 
 
-def sub_jaxpr(params: dict[str, Any]) -> Optional[tuple[Any, Sequence[Any]]]:
-  """`(jaxpr, consts)` of a call primitive's body, if it has exactly one."""
-  for key in ('jaxpr', 'call_jaxpr', 'fun_jaxpr'):
-    j = params.get(key)
-    if isinstance(j, jex_core.ClosedJaxpr):
-      return j.jaxpr, j.consts
-    if isinstance(j, jex_core.Jaxpr):
-      return j, ()
-  return None
-
-
 def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
                  in_atoms: Sequence[Atom], eqns: list[Eqn]) -> list[Atom]:
   """Appends `jaxpr`'s equations on `in_atoms` to `eqns`; returns its outputs.
@@ -165,7 +154,7 @@ def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
     env[v] = a
   for eqn in jaxpr.eqns:
     ins = [read(a) for a in eqn.invars]
-    body = (sub_jaxpr(eqn.params) if _is_inlined_call(eqn.primitive.name)
+    body = (params_lib.call_body(eqn.params) if _is_inlined_call(eqn.primitive.name)
             else None)
     if body is not None and len(body[0].invars) == len(ins):
       outs = inline_jaxpr(body[0], body[1], ins, eqns)

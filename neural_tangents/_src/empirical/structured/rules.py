@@ -141,7 +141,7 @@ def unit_reshape_letters(from_shape: Sequence[int], to_shape: Sequence[int],
   """
   if [s for s in from_shape if s != 1] != [s for s in to_shape if s != 1]:
     return None
-  kept = iter([l for l, s in zip(letters, from_shape) if s != 1])
+  kept = iter([letter for letter, s in zip(letters, from_shape) if s != 1])
   return [None if s == 1 else next(kept) for s in to_shape]
 
 
@@ -177,8 +177,8 @@ def dot_general_letters(eqn: prog.Eqn, k: int, operand: Sequence[Letter],
   other: list[Any] = [unset] * len(other_atom.shape)
   for a, b in zip(mine[0] + mine[1], theirs[0] + theirs[1]):
     other[b] = operand[a]
-  other = list(mask([letters.new() if l is unset else l for l in other],
-                    other_atom.shape))
+  other = list(mask([letters.new() if letter is unset else letter
+                     for letter in other], other_atom.shape))
   lhs, rhs = (operand, other) if k == 0 else (other, operand)
   lc, lb = dims.of(0)
   rc, rb = dims.of(1)
@@ -191,13 +191,25 @@ def dot_general_letters(eqn: prog.Eqn, k: int, operand: Sequence[Letter],
 # Linearity and backward letter maps (chains).
 # ---------------------------------------------------------------------------
 
-_ANY = lambda k, e: True  # pylint: disable=unnecessary-lambda-assignment
-_ONE_INPUT = lambda k, e: len(e.inputs) == 1  # pylint: disable=unnecessary-lambda-assignment
-_FIRST = lambda k, e: k == 0  # pylint: disable=unnecessary-lambda-assignment
+def _linear_in_any(eqn: prog.Eqn, k: int) -> bool:
+  del eqn, k
+  return True
 
 
-def _linear(predicate: Callable[[int, prog.Eqn], bool]):
-  return lambda eqn, k: predicate(k, eqn)
+def _linear_in_first(eqn: prog.Eqn, k: int) -> bool:
+  del eqn
+  return k == 0
+
+
+def _linear_in_only_input(eqn: prog.Eqn, k: int) -> bool:
+  del k
+  return len(eqn.inputs) == 1
+
+
+def _linear_in_cases(eqn: prog.Eqn, k: int) -> bool:
+  """`select_n`: linear in its cases, not in its predicate."""
+  del eqn
+  return k >= 1
 
 
 def _transpose_back(eqn, k, out):
@@ -413,7 +425,8 @@ def _elementwise_tail(eqn, k, letters, new):
 def _reduce_sum_tail(eqn, k, letters, new):
   del k, new
   axes = params.reduction_axes(eqn)
-  return [l for d, l in enumerate(letters) if d not in axes], [], 1., 0
+  kept = [letter for d, letter in enumerate(letters) if d not in axes]
+  return kept, [], 1., 0
 
 
 def _broadcast_tail(eqn, k, letters, new):
@@ -455,7 +468,7 @@ def _is_elementwise(eqn: prog.Eqn, k: int) -> bool:
   if r is not None and r.elementwise:
     return True
   if is_call(eqn.name, CUSTOM) and not others:
-    body = prog.sub_jaxpr(eqn.params)
+    body = params.call_body(eqn.params)
     return body is not None and _elementwise_body(body[0], body[1],
                                                   eqn.inputs[0].shape)
   return False
@@ -472,7 +485,7 @@ def _elementwise_body(jaxpr: Any, consts: Sequence[Any],
     if r is not None and r.elementwise:
       ok = all(a.shape in ((), shape) for a in eqn.inputs)
     elif is_call(eqn.name, CUSTOM):
-      body = prog.sub_jaxpr(eqn.params)
+      body = params.call_body(eqn.params)
       ok = body is not None and _elementwise_body(body[0], body[1], shape)
     else:
       ok = False
@@ -661,7 +674,7 @@ def _same_axes(eqn, in_axes):
 # The table.
 # ---------------------------------------------------------------------------
 
-_SUM = dict(linear_in=_linear(_ANY), leaf_letters=_scalar_back,
+_SUM = dict(linear_in=_linear_in_any, leaf_letters=_scalar_back,
             jacobian_form=_elementwise_form, passes_cotangent=_sum_passes,
             tail_step=_sum_tail, batch_axis=_elementwise_axis,
             elementwise=True)
@@ -682,61 +695,61 @@ _PLAIN_ELEMENTWISE = """
 _TABLE = (
     *(Rule(name, **_ELEMENTWISE) for name in _PLAIN_ELEMENTWISE),
     *(Rule(name, **_SUM) for name in ('add', 'add_any', 'sub')),
-    Rule('mul', linear_in=_linear(_ANY), leaf_letters=_scalar_back,
+    Rule('mul', linear_in=_linear_in_any, leaf_letters=_scalar_back,
          jacobian_form=_elementwise_form, passes_cotangent=_scaling_passes,
          tail_step=_product_tail, batch_axis=_elementwise_axis,
          elementwise=True),
-    Rule('div', linear_in=_linear(_FIRST), leaf_letters=_scalar_back,
+    Rule('div', linear_in=_linear_in_first, leaf_letters=_scalar_back,
          jacobian_form=_elementwise_form, passes_cotangent=_scaling_passes,
          tail_step=_product_tail, batch_axis=_elementwise_axis,
          elementwise=True),
-    Rule('neg', linear_in=_linear(_ANY), leaf_letters=_identity_back(-1.),
+    Rule('neg', linear_in=_linear_in_any, leaf_letters=_identity_back(-1.),
          passes_cotangent=lambda eqn, k: -1., tail_step=_identity_tail,
          batch_axis=_elementwise_axis, elementwise=True),
-    *(Rule(name, linear_in=_linear(_ANY), leaf_letters=_identity_back(1.),
+    *(Rule(name, linear_in=_linear_in_any, leaf_letters=_identity_back(1.),
            tail_step=_identity_tail, batch_axis=_elementwise_axis,
            elementwise=True)
       for name in ('convert_element_type', 'copy')),
-    *(Rule(name, linear_in=_linear(_ANY), batch_axis=_elementwise_axis,
+    *(Rule(name, linear_in=_linear_in_any, batch_axis=_elementwise_axis,
            tail_step=_elementwise_tail, elementwise=True)
       for name in ('real', 'imag', 'conj')),
-    Rule('select_n', linear_in=_linear(lambda k, e: k >= 1),
+    Rule('select_n', linear_in=_linear_in_cases,
          jacobian_form=_elementwise_form, tail_step=_elementwise_tail,
          batch_axis=_elementwise_axis, elementwise=True),
-    Rule('dot_general', linear_in=_linear(_ANY),
+    Rule('dot_general', linear_in=_linear_in_any,
          jacobian_form=_dot_general_form, tail_step=_dot_general_tail,
          batch_axis=_dot_general_axis),
-    Rule('conv_general_dilated', linear_in=_linear(_ANY),
+    Rule('conv_general_dilated', linear_in=_linear_in_any,
          jacobian_form=_conv_form, batch_axis=_conv_axis),
-    Rule('transpose', linear_in=_linear(_ANY), leaf_letters=_transpose_back,
+    Rule('transpose', linear_in=_linear_in_any, leaf_letters=_transpose_back,
          tail_step=_transpose_tail, batch_axis=_transpose_axis),
-    Rule('broadcast_in_dim', linear_in=_linear(_ONE_INPUT),
+    Rule('broadcast_in_dim', linear_in=_linear_in_only_input,
          leaf_letters=_broadcast_back, tail_step=_broadcast_tail,
          batch_axis=_broadcast_axis),
-    Rule('reshape', linear_in=_linear(_ONE_INPUT),
+    Rule('reshape', linear_in=_linear_in_only_input,
          leaf_letters=_unit_reshape_back, tail_step=_unit_reshape_tail,
          batch_axis=_reshape_axis),
-    Rule('squeeze', linear_in=_linear(_ANY), leaf_letters=_unit_reshape_back,
+    Rule('squeeze', linear_in=_linear_in_any, leaf_letters=_unit_reshape_back,
          tail_step=_unit_reshape_tail, batch_axis=_squeeze_axis),
-    Rule('reduce_sum', linear_in=_linear(_ANY), tail_step=_reduce_sum_tail,
+    Rule('reduce_sum', linear_in=_linear_in_any, tail_step=_reduce_sum_tail,
          batch_axis=_reduction_axis),
     *(Rule(name, batch_axis=_reduction_axis) for name in (
         'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
         'reduce_xor', 'argmax', 'argmin')),
-    Rule('cumsum', linear_in=_linear(_ANY), batch_axis=_not_along_axis_param),
+    Rule('cumsum', linear_in=_linear_in_any, batch_axis=_not_along_axis_param),
     *(Rule(name, batch_axis=_not_along_axis_param)
       for name in ('cumprod', 'cummax', 'cummin', 'cumlogsumexp')),
-    Rule('slice', linear_in=_linear(_ANY), leaf_region=_slice_region,
+    Rule('slice', linear_in=_linear_in_any, leaf_region=_slice_region,
          batch_axis=_slice_axis),
-    Rule('rev', linear_in=_linear(_ANY), batch_axis=_rev_axis),
-    Rule('pad', linear_in=_linear(_FIRST), batch_axis=_pad_axis),
-    Rule('concatenate', linear_in=_linear(_ANY),
+    Rule('rev', linear_in=_linear_in_any, batch_axis=_rev_axis),
+    Rule('pad', linear_in=_linear_in_first, batch_axis=_pad_axis),
+    Rule('concatenate', linear_in=_linear_in_any,
          batch_axis=_concatenate_axis),
     Rule('stack', batch_axis=_stack_axis),
     Rule('split', batch_axis=_not_along_axis_param),
-    Rule('dynamic_slice', linear_in=_linear(_FIRST)),
-    Rule('gather', linear_in=_linear(_FIRST)),
-    Rule('reduce_window_sum', linear_in=_linear(_ONE_INPUT),
+    Rule('dynamic_slice', linear_in=_linear_in_first),
+    Rule('gather', linear_in=_linear_in_first),
+    Rule('reduce_window_sum', linear_in=_linear_in_only_input,
          batch_axis=_reduce_window_axis),
     *(Rule(name, batch_axis=_reduce_window_axis) for name in (
         'reduce_window_max', 'reduce_window_min', 'reduce_window')),

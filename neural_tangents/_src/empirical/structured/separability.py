@@ -8,13 +8,14 @@ user who does not pass `vmap_axes` has not promised either.
 `batch_axes` proves it, conservatively, by following the batch axis through
 every equation: each value either does not depend on `x` (its batch axis is
 `None`) or has one axis such that its slice `n` depends on `x` only through
-`x[n]`. A primitive without a `batch_axis` in `rules.py`, or one that mixes slices (a
-reduction over the batch axis, a gather, a loop), ends the proof, and the
-caller falls back to whole-batch derivatives. The proof reads the traced
-program, so Python-level shape logic in `f` cannot fool it.
+`x[n]`. A primitive without a `batch_axis` in `rules.py`, or one that
+mixes slices (a reduction over the batch axis, a gather, a loop), ends the
+proof, and the caller falls back to whole-batch derivatives. The proof reads
+the traced program, so Python-level shape logic in `f` cannot fool it.
 """
 from typing import Any, Sequence
 
+from neural_tangents._src.empirical.structured import params as params_lib
 from neural_tangents._src.empirical.structured import program as prog
 from neural_tangents._src.empirical.structured import rules
 
@@ -88,8 +89,8 @@ def _makes_batch_sized(name: str, out_shapes: Sequence[tuple[int, ...]],
   value differs from the value made for a batch of one.
   """
   rule = rules.rule(name)
-  if rule is not None and rule.shape_dependent and any(d in batch_sizes for shape in out_shapes
-                                      for d in shape):
+  if rule is not None and rule.shape_dependent and any(
+      d in batch_sizes for shape in out_shapes for d in shape):
     return True
   for value in params.values():
     for sub in value if isinstance(value, (tuple, list)) else (value,):
@@ -117,7 +118,7 @@ def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
 def _call_axes(eqn: prog.Eqn, in_axes: list[BatchAxis],
                batch_sizes: set[int]) -> list[BatchAxis]:
   """Batch axes through a call's body (for custom derivatives: its primal)."""
-  body = prog.sub_jaxpr(eqn.params)
+  body = params_lib.call_body(eqn.params)
   rules.require(body is not None and
                 len(body[0].invars) == len(eqn.inputs))
   jaxpr, consts = body

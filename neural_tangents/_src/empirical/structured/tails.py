@@ -102,28 +102,28 @@ def _finish(output: int, y, letters, factors, coefficient, var, fresh,
   """Ends a tail at a program output.
 
   An output dimension whose letter is one of the target's gets a fresh
-  letter and an identity factor `eye[o, l]`, so that `G[o, y]` keeps both
+  letter and an identity factor `eye[o, letter]`, so that `G[o, y]` keeps both
   (e.g. when the output is the target itself); others keep their letter.
   """
   out, eyes = [], []
-  for d, (l, size) in enumerate(zip(letters, var.shape)):
+  for d, (letter, size) in enumerate(zip(letters, var.shape)):
     if d == 0 and batch_axis is not None:
       # A batch-separable program: the output's batch axis keeps the
       # target's batch letter, which becomes the example letter.
-      if l is None or l != y[batch_axis]:
+      if letter is None or letter != y[batch_axis]:
         return None
-      out.append(l)
-    elif l is None or l not in y:
-      out.append(l)
+      out.append(letter)
+    elif letter is None or letter not in y:
+      out.append(letter)
     else:
       o = fresh.new()
       out.append(o)
       eye = np.eye(size, dtype=var.dtype)
       eyes.append(Factor(prog.Const(eye, jax.ShapeDtypeStruct(eye.shape,
                                                               eye.dtype)),
-                         (o, l)))
-  if len(set(l for l in out if l is not None)) < len(
-      [l for l in out if l is not None]):
+                         (o, letter)))
+  if len(set(letter for letter in out if letter is not None)) < len(
+      [letter for letter in out if letter is not None]):
     return None  # An output diagonal (e.g. `x @ x.T`); not written here.
   return Tail(output, tuple(y), tuple(out), tuple(factors) + tuple(eyes),
               coefficient)
