@@ -18,14 +18,16 @@ come from a `KernelLayout`; this module is the single place that knows the
 order of the result's axes and the normalization of traced axes.
 """
 import dataclasses
-import functools
 import math
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
-from jax import lax
 import jax.numpy as jnp
-import opt_einsum
 
+# The einsum and its letters live with structured derivatives; imported
+# back so that `layout.einsum`, `layout.einsum_cost`, `layout.Letters` work.
+from neural_tangents._src.empirical.structured.einsum import einsum  # pylint: disable=unused-import
+from neural_tangents._src.empirical.structured.einsum import einsum_cost  # pylint: disable=unused-import
+from neural_tangents._src.empirical.structured.einsum import Letters
 from neural_tangents._src.utils.typing import Array
 
 TRACE = 'trace'
@@ -153,20 +155,6 @@ def place_example_axes(kernel: Array, kinds: Sequence[str],
   return jnp.trace(kernel, axis1=0, axis2=1) / kernel.shape[0]
 
 
-class Letters:
-  """Hands out fresh integer einsum letters."""
-
-  def __init__(self):
-    self._next = 0
-
-  def new(self) -> int:
-    self._next += 1
-    return self._next - 1
-
-  def many(self, n: int) -> list[int]:
-    return [self.new() for _ in range(n)]
-
-
 @dataclasses.dataclass(frozen=True)
 class KernelLetters:
   """The einsum letters of a kernel's two sides and of its result.
@@ -223,136 +211,3 @@ def trace_size(layout: KernelLayout, out_shape: Sequence[int]) -> int:
     out_shape: the shape of one call's output, matching `layout.kinds`.
   """
   return math.prod(s for s, k in zip(out_shape, layout.kinds) if k == TRACE)
-
-
-def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
-  """An einsum over `(array, letters)` pairs, in the cheapest order.
-
-  The pairwise order is opt_einsum's optimal path; each pair is contracted
-  by one `lax.dot_general`, whose natural output layout (batch, then free
-  dimensions) is kept until the end. (`jnp.einsum` instead transposes every
-  intermediate to opt_einsum's letter order, which can cost more than the
-  products themselves for the many-dimensional operands here.)
-
-  Example:
-    >>> einsum((jnp.ones((2, 3)), [0, 1]), (jnp.ones((4, 3)), [2, 1]),
-    ...        result=[0, 2]).shape
-    (2, 4)
-  """
-  arrays = [a for a, _ in operands_and_letters]
-  letters = [list(l) for _, l in operands_and_letters]
-  if any(len(set(l)) < len(l) for l in letters):
-    # Repeated letters in an operand (diagonals): jnp.einsum handles them.
-    args = []
-    for a, l in zip(arrays, letters):
-      args += [a, l]
-    return jnp.einsum(*args, list(result))
-  for a, l in zip(arrays, letters):
-    if a.ndim != len(l):
-      raise ValueError(f'An operand of shape {a.shape} has letters {l}.')
-  path, _ = _contraction_path(tuple(tuple(l) for l in letters),
-                              tuple(tuple(a.shape) for a in arrays),
-                              tuple(result))
-  for pair in path:
-    picked = [(arrays[i], letters[i]) for i in pair]
-    for i in sorted(pair, reverse=True):
-      del arrays[i], letters[i]
-    keep = set(result).union(*letters)
-    if len(picked) == 1:
-      (a, la), = picked
-      a, la = _sum_out(a, la, keep)
-    else:
-      (a, la), (b, lb) = picked
-      a, la = _contract_pair(a, la, b, lb, keep)
-    arrays.append(a)
-    letters.append(la)
-  (a, la), = zip(arrays, letters)
-  a, la = _sum_out(a, la, set(result))
-  return jnp.transpose(a, [la.index(l) for l in result])
-
-
-def einsum_cost(*operands_and_letters, result: Sequence[int]) -> float:
-  """FLOPs of `einsum(*operands_and_letters, result=result)`'s best order.
-
-  Example:
-    >>> einsum_cost((jnp.ones((2, 3)), [0, 1]), (jnp.ones((4, 3)), [2, 1]),
-    ...             result=[0, 2])
-    48.0
-  """
-  letters = tuple(tuple(l) for _, l in operands_and_letters)
-  shapes = tuple(tuple(a.shape) for a, _ in operands_and_letters)
-  return _contraction_path(letters, shapes, tuple(result))[1]
-
-
-@functools.lru_cache(maxsize=4096)
-def _contraction_path(letters: tuple, shapes: tuple,
-                      result: tuple) -> tuple[list[tuple[int, ...]], float]:
-  """opt_einsum's contraction order, and its FLOPs."""
-  if len(letters) == 1:
-    return [(0,)], float(math.prod(shapes[0]))
-  symbols = {l: opt_einsum.get_symbol(i)
-             for i, l in enumerate(sorted(set(result).union(*letters)))}
-  spec = (','.join(''.join(symbols[l] for l in ls) for ls in letters) + '->' +
-          ''.join(symbols[l] for l in result))
-  # 'optimal' searches all pairwise orders, cheap for a handful of operands,
-  # and picks e.g. `(x1 x2^T) * (g1 g2^T)` over forming a Jacobian when
-  # that is fewer FLOPs; dynamic programming scales to more operands.
-  optimize = 'optimal' if len(letters) <= 5 else 'dp'
-  path, info = opt_einsum.contract_path(spec, *shapes, shapes=True,
-                                        optimize=optimize)
-  return [tuple(p) for p in path], float(info.opt_cost)
-
-
-def _sum_out(a: Array, letters: list[int],
-             keep: set[int]) -> tuple[Array, list[int]]:
-  """Sums over the dimensions whose letters are not in `keep`."""
-  axes = tuple(i for i, l in enumerate(letters) if l not in keep)
-  if axes:
-    a = jnp.sum(a, axis=axes)
-    letters = [l for l in letters if l in keep]
-  return a, letters
-
-
-def _contract_pair(a: Array, la: list[int], b: Array, lb: list[int],
-                   keep: set[int]) -> tuple[Array, list[int]]:
-  """Contracts two operands as one batched matrix product.
-
-  Letters in both are batch dimensions if still needed (`keep`), else
-  contracted; letters in one only are summed out first unless needed. The
-  operands are reshaped to `(batch, M, K)` or `(batch, K, M)` matrices
-  (whichever needs no transpose, if either): XLA's CPU backend runs these
-  canonical forms as fast GEMMs, but may fall back to a slow loop for a
-  batched product of many-dimensional, interleaved operands.
-  """
-  a, la = _sum_out(a, la, keep | set(lb))
-  b, lb = _sum_out(b, lb, keep | set(la))
-  shared = [l for l in la if l in lb]
-  batch = [l for l in shared if l in keep]
-  contract = [l for l in shared if l not in keep]
-  free_a = [l for l in la if l not in shared]
-  free_b = [l for l in lb if l not in shared]
-  size = dict(zip(la, a.shape)) | dict(zip(lb, b.shape))
-  prod = lambda ls: math.prod(size[l] for l in ls)
-  a, a_contract_last = _as_matrices(a, la, batch, free_a, contract, prod)
-  b, b_contract_last = _as_matrices(b, lb, batch, free_b, contract, prod)
-  dims = (((2 if a_contract_last else 1,), (2 if b_contract_last else 1,)),
-          ((0,), (0,)))
-  out = lax.dot_general(a, b, dims)
-  out = out.reshape([size[l] for l in batch + free_a + free_b])
-  return out, batch + free_a + free_b
-
-
-def _as_matrices(x: Array, letters: list[int], batch: list[int],
-                 free: list[int], contract: list[int],
-                 prod: Callable) -> tuple[Array, bool]:
-  """`x` as `(batch, free, contract)` or `(batch, contract, free)` matrices.
-
-  Returns the reshaped array and whether the contracted dimension is last.
-  """
-  contract_last = letters != batch + contract + free
-  order = batch + free + contract if contract_last else letters
-  if order != letters:
-    x = jnp.transpose(x, [letters.index(l) for l in order])
-  shape = ((prod(batch), prod(free), prod(contract)) if contract_last else
-           (prod(batch), prod(contract), prod(free)))
-  return x.reshape(shape), contract_last

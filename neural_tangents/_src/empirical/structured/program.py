@@ -3,7 +3,7 @@
 Structured derivatives need to see where each parameter enters a network, and
 which primitive it enters. `trace_program` records `f` with `jax.make_jaxpr`
 and flattens it: calls that only group equations (`jit`, `closed_call`,
-`checkpoint`) are inlined, so that a parameter used inside a jitted layer is
+`remat2`) are inlined, so that a parameter used inside a jitted layer is
 seen where it is used. Primitives with their own derivative rules
 (`custom_jvp_call`, `custom_vjp_call`) stay whole, so that evaluating the
 program differentiates exactly as `f` does.
@@ -23,9 +23,8 @@ from jax.extend import core as jex_core
 import jax.numpy as jnp
 import numpy as np
 
-# Primitives that only call a sub-jaxpr; their derivative is the sub-jaxpr's.
-INLINED_CALLS = frozenset({'jit', 'pjit', 'closed_call', 'core_call',
-                           'checkpoint', 'remat', 'remat2'})
+from neural_tangents._src.empirical.structured import params as params_lib
+
 
 # Longest `scan` unrolled: longer loops stay whole (a generic equation).
 MAX_UNROLLED_SCAN = 32
@@ -135,17 +134,6 @@ def program_from_jaxpr(closed: Any) -> Program:
   return Program(inputs, tuple(outputs), tuple(eqns))
 
 
-def sub_jaxpr(params: dict[str, Any]) -> Optional[tuple[Any, Sequence[Any]]]:
-  """`(jaxpr, consts)` of a call primitive's body, if it has exactly one."""
-  for key in ('jaxpr', 'call_jaxpr', 'fun_jaxpr'):
-    j = params.get(key)
-    if isinstance(j, jex_core.ClosedJaxpr):
-      return j.jaxpr, j.consts
-    if isinstance(j, jex_core.Jaxpr):
-      return j, ()
-  return None
-
-
 def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
                  in_atoms: Sequence[Atom], eqns: list[Eqn]) -> list[Atom]:
   """Appends `jaxpr`'s equations on `in_atoms` to `eqns`; returns its outputs.
@@ -166,12 +154,12 @@ def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
     env[v] = a
   for eqn in jaxpr.eqns:
     ins = [read(a) for a in eqn.invars]
-    body = (sub_jaxpr(eqn.params) if eqn.primitive.name in INLINED_CALLS
+    body = (params_lib.call_body(eqn.params) if _is_inlined_call(eqn.primitive.name)
             else None)
     if body is not None and len(body[0].invars) == len(ins):
       outs = inline_jaxpr(body[0], body[1], ins, eqns)
     elif (eqn.primitive.name == 'scan' and
-          0 < eqn.params['length'] <= MAX_UNROLLED_SCAN):
+          0 < params_lib.scan(eqn.params).length <= MAX_UNROLLED_SCAN):
       outs = _unroll_scan(eqn.params, ins, eqns)
     else:
       outs = [Var(v.aval) for v in eqn.outvars]
@@ -183,21 +171,30 @@ def inline_jaxpr(jaxpr: Any, consts: Sequence[Any],
   return [read(a) for a in jaxpr.outvars]
 
 
-def _unroll_scan(params: dict[str, Any], ins: Sequence[Atom],
+def _is_inlined_call(name: str) -> bool:
+  """Whether a primitive only calls a sub-jaxpr (`jit`, `remat`, ...), whose
+  derivative is then the sub-jaxpr's (its record in `rules.py`)."""
+  # Imported here: the rules read programs, so `rules` imports this module.
+  from neural_tangents._src.empirical.structured import rules  # pylint: disable=g-import-not-at-top
+  return rules.is_call(name, rules.INLINED)
+
+
+def _unroll_scan(eqn_params: dict[str, Any], ins: Sequence[Atom],
                  eqns: list[Eqn]) -> list[Atom]:
   """Appends a `scan`'s steps, one inlined body per step; returns its outputs.
 
   `scan` carries `carry` through `length` steps, each reading slice `t` of
   the stacked inputs `xs` and writing slice `t` of the stacked outputs.
   """
-  n_consts, n_carry = params['num_consts'], params['num_carry']
-  length, body = params['length'], params['jaxpr']
+  scan = params_lib.scan(eqn_params)
+  n_consts, n_carry, length, body = (scan.num_consts, scan.num_carry,
+                                     scan.length, scan.body)
   consts = list(ins[:n_consts])
   carry = list(ins[n_consts:n_consts + n_carry])
   xs = ins[n_consts + n_carry:]
   steps = range(length)
   ys: dict[int, list[Atom]] = {}
-  for t in (reversed(steps) if params['reverse'] else steps):
+  for t in (reversed(steps) if scan.reverse else steps):
     x_t = [_traced(lambda a, t=t: lax.index_in_dim(a, t, keepdims=False),
                    [x], eqns) for x in xs]
     outs = inline_jaxpr(body.jaxpr, body.consts, consts + carry + x_t, eqns)

@@ -1,0 +1,98 @@
+"""Tests for `structured/rules.py`: the table is the installed JAX's."""
+from absl.testing import absltest
+import jax
+from jax import lax
+from jax.extend import core as jex_core
+import jax.numpy as jnp
+
+from neural_tangents._src.empirical.structured import program
+from neural_tangents._src.empirical.structured import rules
+import test_utils
+
+
+def _traced_names(fn, *shapes) -> set[str]:
+  avals = [[jax.ShapeDtypeStruct(s, jnp.float32)] for s in shapes]
+  p = program.trace_program(lambda *a: [fn(*[x[0] for x in a])], *avals)
+  return {e.name for e in p.eqns}
+
+
+# Primitives that `jax.extend.core.primitives` does not list: each is named
+# by what a public function traces to.
+_PROBES = {
+    'split': lambda: _traced_names(lambda x: jnp.split(x, 2)[0], (4,)),
+    'stack': lambda: _traced_names(lambda x: jnp.stack([x, x]), (4,)),
+    'optimization_barrier': lambda: _traced_names(
+        lambda x: lax.optimization_barrier(x) + 1., (4,)),
+}
+
+
+def _installed_primitive_names() -> set[str]:
+  module = jex_core.primitives
+  names = {getattr(module, n).name for n in dir(module)
+           if isinstance(getattr(module, n), jex_core.Primitive)}
+  for probe in _PROBES.values():
+    names |= probe()
+  return names
+
+
+class RulesTest(test_utils.NeuralTangentsTestCase):
+
+  def test_every_record_names_an_installed_primitive(self):
+    # A JAX release renaming a primitive fails here, not silently later (the
+    # network would take the generic path, or fall back to Jacobians).
+    installed = _installed_primitive_names()
+    missing = sorted(set(rules.RULES) - installed)
+    self.assertEqual(missing, [], f'{missing} are not primitives of JAX '
+                     f'{jax.__version__}; rename their records in rules.py '
+                     'and keep the old name in ALIASES.')
+
+  def test_probes_trace_to_their_primitive(self):
+    for name, probe in _PROBES.items():
+      self.assertIn(name, probe())
+
+  def test_aliases_are_old_names_of_records(self):
+    installed = _installed_primitive_names()
+    for old, new in rules.ALIASES.items():
+      self.assertIn(new, rules.RULES)
+      self.assertNotIn(old, rules.RULES)
+      self.assertIs(rules.rule(old), rules.RULES[new])
+      self.assertNotIn(old, installed)
+
+  def test_calls_jax_makes(self):
+    # `jit`, `checkpoint` and custom derivatives trace to recorded calls.
+    x = jnp.ones(3)
+    custom_jvp = jax.custom_jvp(jnp.sin)
+    custom_jvp.defjvp(lambda primals, tangents: (jnp.sin(*primals),
+                                                 tangents[0]))
+    custom_vjp = jax.custom_vjp(jnp.sin)
+    custom_vjp.defvjp(lambda x: (jnp.sin(x), None), lambda _, g: (g,))
+    cases = {
+        rules.INLINED: (jax.jit(jnp.sin), jax.checkpoint(jnp.sin)),
+        rules.CUSTOM: (custom_jvp, custom_vjp),
+    }
+    for kind, fns in cases.items():
+      for fn in fns:
+        eqn, = jax.make_jaxpr(fn)(x).eqns
+        self.assertTrue(rules.is_call(eqn.primitive.name, kind),
+                        eqn.primitive.name)
+
+  def test_unit_reshape_letters_both_ways(self):
+    self.assertEqual(rules.unit_reshape_letters((3, 1, 4), (3, 4),
+                                                [0, None, 1]), [0, 1])
+    self.assertEqual(rules.unit_reshape_letters((3, 4), (1, 3, 4, 1),
+                                                [0, 1]), [None, 0, 1, None])
+    self.assertIsNone(rules.unit_reshape_letters((3, 4), (12,), [0, 1]))
+
+  def test_records_are_consistent(self):
+    for name, r in rules.RULES.items():
+      with self.subTest(name):
+        self.assertEqual(r.name, name)
+        # A letter map or region only exists along a chain.
+        if r.leaf_letters is not None or r.leaf_region is not None:
+          self.assertIsNotNone(r.linear_in)
+        if r.call is not None:
+          self.assertIn(r.call, (rules.INLINED, rules.CUSTOM))
+
+
+if __name__ == '__main__':
+  absltest.main()
