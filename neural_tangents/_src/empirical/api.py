@@ -56,8 +56,6 @@ from neural_tangents._src.empirical import structured_kernels
 from neural_tangents._src.empirical import vector_products as vector_products_lib
 from neural_tangents._src.empirical.problem import ApplyFn
 from neural_tangents._src.empirical.problem import VMapAxes
-from neural_tangents._src.empirical.rng import is_single_key
-from neural_tangents._src.empirical.rng import read_rng
 from neural_tangents._src.empirical.rng import takes_rng_pairs
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import utils

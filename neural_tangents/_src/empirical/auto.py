@@ -11,8 +11,8 @@ the whole-batch formulation gives the same kernel, and without `vmap_axes`
 the per-example one does once the jaxpr proves that examples do not
 interact and `f` is the same program at every batch size
 (`batch_size_independence`). Measured in `benchmarks/RESULTS.md`
-("Formulation switching"): without it, AUTO with `vmap_axes=None` runs up
-to tens of times slower on the stax networks of `benchmarks/empirical_ntk.py`.
+("Formulation switching"): without it, AUTO with `vmap_axes=None` ran
+25-66x slower on the stax networks of `benchmarks/empirical_ntk.py`.
 """
 import functools
 import math
@@ -52,10 +52,13 @@ STRUCTURED_SPEEDUP = 2.
 
 # Per-example structured derivatives (under `vmap`) against the same
 # contractions on the whole batch (`SEPARABLE`), at about equal estimated
-# cost: near-ties go to the per-example ones, measured faster with
-#   "| fcn | AUTO | None | ... | structured_example | ..." against
-#   "| fcn | AUTO | None | ... | structured_separable | ..."
-# (RESULTS.md, Formulation switching).
+# cost: near-ties go to the per-example ones. Set from quiet-machine runs of
+# `entk_bench.py` (per-example 1.06-1.33x faster on fcn_full, 1.23-1.53x on
+# cnn); the in-repository measurement is below its noise (RESULTS.md,
+# Formulation switching):
+#   "| resnet | 0.03135 | 0.04036 |"  (structured_separable, _example)
+#   "| fcn_repeat | 0.00108 | 0.00109 |"
+# so the factor stays small: it only breaks near-ties.
 EXAMPLE_SPEEDUP = 1.1
 
 

@@ -27,11 +27,10 @@ def vector_products(problem: problem_lib.Problem, params: list, data1: list,
   """`Theta e_o = J(x1) (J(x2)^T e_o)` for each output entry `o` of x2.
 
   Example:
-    >>> problem, params, data1, data2 = problem_lib.setup(
-    ...     lambda p, x: x @ p, x1, x2, jnp.ones((4, 2)), {}, (-1,), (), None)
-    >>> [kernel.shape for kernel in vector_products(
-    ...     problem, params, data1, data2)]
-    [(3, 2)]
+    >>> setup = problem_lib.setup(lambda p, x: x @ p, x1, None,
+    ...                           jnp.ones((4, 2)), {}, (), (), 0)
+    >>> vector_products(*setup)[0].shape  # No traced axes: (N1, N2, 2, 2).
+    (3, 3, 2, 2)
   """
   per_example = problem.per_example
   side1, side2 = problem.sides
