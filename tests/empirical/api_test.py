@@ -368,6 +368,12 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
     for i in range(4):
       self.assertEqual(self._ntk(implementation=i).shape, (4, 4))
 
+  def test_implementation_as_name(self):
+    expected = self._ntk(implementation=1)
+    for name in ('structured_derivatives', 'NTK_VECTOR_PRODUCTS'):
+      self.assertAllClose(self._ntk(implementation=name), expected,
+                          rtol=TOL, atol=TOL)
+
   @parameterized.parameters((5,), (-3,))
   def test_trace_axes_out_of_range(self, axis):
     with self.assertRaisesRegex(ValueError, 'trace_axes'):
