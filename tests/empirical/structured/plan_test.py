@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.empirical import structured
-import test_utils
+from tests import test_utils
 
 _TOL = 1e-10
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from neural_tangents._src.empirical.structured import program
 from neural_tangents._src.empirical.structured import rules
-import test_utils
+from tests import test_utils
 
 
 def _traced_names(fn, *shapes) -> set[str]:

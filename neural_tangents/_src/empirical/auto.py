@@ -1,0 +1,224 @@
+"""AUTO: the cost model that picks an implementation, and its constants.
+
+Each candidate (Jacobian contraction, NTK-vector products, structured
+derivatives in every mode that can be planned) is lowered at the call's
+shapes, and XLA's cost analysis gives its FLOPs and bytes accessed; the
+cost `FLOPs + FLOPS_PER_BYTE * bytes`, divided by the measured speedups
+below, picks the winner, cached per shapes and static keyword arguments.
+
+The formulation can switch too (`other_formulation`): with `vmap_axes=0`
+the whole-batch formulation gives the same kernel, and without `vmap_axes`
+the per-example one does once the jaxpr proves that examples do not
+interact and `f` is the same program at every batch size
+(`batch_size_independence`). Measured in `benchmarks/RESULTS.md`
+("Formulation switching"): without it, AUTO with `vmap_axes=None` ran
+25-66x slower on the stax networks of `benchmarks/empirical_ntk.py`.
+"""
+import functools
+import math
+from typing import Callable, Optional
+
+import jax
+from jax import tree_util
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src.empirical import batch_size_independence
+from neural_tangents._src.empirical import jacobian_contraction as jacobian_lib
+from neural_tangents._src.empirical import layout as layout_lib
+from neural_tangents._src.empirical import problem as problem_lib
+from neural_tangents._src.empirical import structured
+from neural_tangents._src.empirical import structured_kernels
+from neural_tangents._src.empirical import vector_products as vector_products_lib
+
+# XLA's cost analysis counts FLOPs and bytes accessed; a byte costs about as
+# much time as this many FLOPs. The measured peaks bound it from above:
+#   "peaks measured in the same process: 400.8 GFLOP/s float32 matmul, 6.9
+#   GB/s copy bandwidth" (RESULTS.md, Roofline): 58 matmul FLOPs per byte;
+# the non-matmul FLOPs that dominate the other candidates run several times
+# below the matmul peak, hence the smaller weight. Not tuned by a benchmark
+# of its own.
+FLOPS_PER_BYTE = 8.
+
+# Structured derivatives spend their FLOPs in a few large matrix products,
+# which run several times faster per FLOP than the per-example convolution
+# transposes and small backward passes of the other implementations; their
+# estimated cost is divided by this. At equal vmap_axes they are the fastest
+# measured cell every time, e.g. (RESULTS.md, Empirical NTK)
+#   "| cnn | STRUCTURED_DERIVATIVES | 0 | 40.06x | 40.66x | 42.29x |"
+#   "| cnn | JACOBIAN_CONTRACTION | 0 | 7.08x | 5.88x | 6.93x |"
+# so the factor only breaks near-ties of the estimate in their favour.
+STRUCTURED_SPEEDUP = 2.
+
+# Per-example structured derivatives (under `vmap`) against the same
+# contractions on the whole batch (`SEPARABLE`), at about equal estimated
+# cost: near-ties go to the per-example ones. Set from quiet-machine runs of
+# `entk_bench.py` (per-example 1.06-1.33x faster on fcn_full, 1.23-1.53x on
+# cnn); the in-repository measurement is below its noise (RESULTS.md,
+# Formulation switching):
+#   "| resnet | 0.03135 | 0.04036 |"  (structured_separable, _example)
+#   "| fcn_repeat | 0.00108 | 0.00109 |"
+# so the factor stays small: it only breaks near-ties.
+EXAMPLE_SPEEDUP = 1.1
+
+
+def structured_name(mode: structured.Mode) -> str:
+  """The candidate name of structured derivatives in `mode`."""
+  return f'structured_{mode.value}'
+
+
+SEPARABLE = structured_name(structured.Mode.SEPARABLE)
+EXAMPLE = structured_name(structured.Mode.EXAMPLE)
+
+
+def structured_modes(problem: problem_lib.Problem) -> list[structured.Mode]:
+  """The modes of structured derivatives AUTO tries for `problem`."""
+  if problem.per_example:
+    return [structured.Mode.EXAMPLE]
+  if any(layout.kinds[0] != layout_lib.PAIR for layout in problem.layouts):
+    # SEPARABLE makes axis 0, the batch axis, the (paired) example axes.
+    return [structured.Mode.WHOLE]
+  return [structured.Mode.WHOLE, structured.Mode.SEPARABLE]
+
+
+def candidates(problem: problem_lib.Problem, params: list, data1: list,
+               data2: list) -> dict[str, Callable]:
+  """The implementations AUTO compares, for this problem, by name."""
+  found = {
+      'jacobian_contraction': jacobian_lib.jacobian_contraction,
+      'ntk_vector_products': vector_products_lib.vector_products,
+  }
+  for mode in structured_modes(problem):
+    try:
+      plan, _ = structured_kernels.plan_structured(problem, params, data1,
+                                                   data2, mode)
+    except structured.Unsupported:
+      continue
+    found[structured_name(mode)] = functools.partial(
+        structured_kernels.planned_structured, plan, mode)
+  return found
+
+
+def estimated_cost(fn: Callable, problem: problem_lib.Problem, params: list,
+                   data1: list, data2: list) -> float:
+  """FLOPs (plus bytes, weighted) of `fn` compiled at these shapes."""
+  lowered = jax.jit(lambda p, d1, d2: fn(problem, p, d1, d2)).lower(
+      *tree_util.tree_map(problem_lib.abstract, (params, data1, data2)))
+  cost = lowered.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+  cost = cost or {}
+  return (float(cost.get('flops', 0.)) +
+          FLOPS_PER_BYTE * float(cost.get('bytes accessed', 0.)))
+
+
+def _weighted_cost(name: str, cost: float) -> float:
+  if name.startswith('structured'):
+    cost /= STRUCTURED_SPEEDUP
+  if name == EXAMPLE:
+    cost /= EXAMPLE_SPEEDUP
+  return cost
+
+
+def _fallback(problem: problem_lib.Problem, params: list, data1: list,
+              data2: list) -> list:
+  # AUTO only considered structured derivatives: no fallback warning.
+  return structured_kernels.structured_derivatives(
+      problem, params, data1, data2, warn_on_fallback=False)
+
+
+def choose(problem: problem_lib.Problem,
+           other: Callable[..., Optional[problem_lib.Problem]], params: list,
+           data1: list, data2: list, static_key: tuple, choices: dict
+           ) -> tuple[problem_lib.Problem, Callable]:
+  """The cheapest implementation at these shapes (cached per shapes).
+
+  If no candidate can be lowered (e.g. `f` closes over traced values),
+  structured derivatives are used. The candidates of
+  `other(verify=True, separable=...)`, an equivalent formulation of the same
+  kernel (see `other_formulation`), compete too, so that `vmap_axes=0` and
+  `vmap_axes=None` choose among the same implementations whenever they are
+  known to agree.
+
+  Args:
+    problem: the problem as the user posed it.
+    other: `other_formulation` of this call, partially applied.
+    params: the differentiable parameter leaves.
+    data1: x1's data leaves.
+    data2: x2's data leaves.
+    static_key: `problem_lib.static_kwargs_key` of the keyword arguments.
+    choices: the cache, one per kernel function.
+
+  Returns:
+    `(problem, fn)`: the formulation and implementation to use.
+  """
+  key = (tree_util.tree_structure((params, data1, data2)),
+         tuple((np.shape(x), str(jnp.result_type(x)))
+               for x in tree_util.tree_leaves((params, data1, data2))),
+         problem.symmetric, problem.layouts, problem.per_example, static_key)
+  if key not in choices:
+    own = candidates(problem, params, data1, data2)
+    alternative = other(verify=True, separable=SEPARABLE in own)
+    options = [(problem, own)]
+    if alternative is not None:
+      options.append((alternative,
+                      candidates(alternative, params, data1, data2)))
+    best, best_cost = (0, 'fallback', _fallback), math.inf
+    for index, (option_problem, option_candidates) in enumerate(options):
+      for name, fn in option_candidates.items():
+        try:
+          cost = estimated_cost(fn, option_problem, params, data1, data2)
+        except Exception:  # pylint: disable=broad-except
+          continue  # e.g. f closes over tracers; such a candidate is skipped.
+        cost = _weighted_cost(name, cost)
+        if cost < best_cost:
+          best, best_cost = (index, name, fn), cost
+    choices[key] = best
+  index, _, fn = choices[key]
+  # Whether the other formulation agrees was verified for these shapes.
+  return (problem if index == 0 else other(verify=False)), fn
+
+
+def other_formulation(setup: Callable[[problem_lib.VMapAxes], tuple],
+                      vmap_axes: problem_lib.VMapAxes, params: list,
+                      data1: list, data2: list, verify: bool = True,
+                      separable: bool = False
+                      ) -> Optional[problem_lib.Problem]:
+  """The same kernel with `vmap_axes` 0 <-> None, where both provably agree.
+
+  With `vmap_axes=0` the user promises that examples do not interact, and
+  then the whole-batch formulation (`vmap_axes=None`) gives the same kernel.
+  Without `vmap_axes`, the per-example formulation (`vmap_axes=0`) is used
+  only if (a) the jaxpr proves that examples do not interact (`separable`:
+  structured derivatives could be planned in `SEPARABLE` mode without
+  `vmap_axes`), and (b) `f` on a batch of one is the same program as on the
+  whole batch up to the batch size (`batch_size_independence`).
+  `verify=False` skips (a) and (b), for shapes at which they were already
+  verified.
+
+  Args:
+    setup: `setup(vmap_axes)` is `problem_lib.setup` of this call with
+      those axes.
+    vmap_axes: the user's `vmap_axes`.
+    params: the differentiable parameter leaves of `setup(vmap_axes)`.
+    data1: x1's data leaves of `setup(vmap_axes)`.
+    data2: x2's data leaves of `setup(vmap_axes)`.
+    verify: whether to check (a) and (b).
+    separable: (a), when `vmap_axes` is None.
+
+  Returns:
+    The other formulation's problem, or None.
+  """
+  if problem_lib.is_int(vmap_axes) and vmap_axes == 0:
+    return setup(None)[0]
+  if vmap_axes is not None or (verify and not separable):
+    return None
+  try:
+    per_example = setup(0)[0]
+  except ValueError:
+    return None
+  if verify and not all(
+      batch_size_independence.batch_of_one_agrees(side, params, data)
+      for side, data in zip(per_example.sides, (data1, data2))):
+    return None
+  return per_example

@@ -1,0 +1,87 @@
+"""Tests of `empirical.auto`: AUTO weighs per-example and whole-batch
+formulations when they agree.
+"""
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax.numpy as jnp
+
+import neural_tangents as nt
+from neural_tangents._src.empirical import auto
+from neural_tangents._src.empirical import problem as problem_lib
+from tests import test_utils
+from tests.empirical.reference import batch_position_iota
+from tests.empirical.reference import batch_position_scaled
+from tests.empirical.reference import batch_size_scaled
+from tests.empirical.reference import explicit_ntk
+from tests.empirical.reference import mlp
+from tests.empirical.reference import mlp_params
+from tests.empirical.reference import normal
+from tests.empirical.reference import TOL
+
+
+class AutoTest(test_utils.NeuralTangentsTestCase):
+  """AUTO weighs per-example and whole-batch formulations when they agree."""
+
+  def _formulation(self, f, vmap_axes, x2=None):
+    # As `AUTO` calls it: separability comes from planning the candidates.
+    params = mlp_params()
+    x1 = normal(1, (4, 3))
+    setup = functools.partial(problem_lib.setup, f, x1, x2, params, {},
+                              (-1,), ())
+    problem, param_leaves, data1, data2 = setup(vmap_axes)
+    separable = auto.SEPARABLE in auto.candidates(problem, param_leaves,
+                                                  data1, data2)
+    return auto.other_formulation(setup, vmap_axes, param_leaves, data1,
+                                  data2, separable=separable)
+
+  def test_per_example_formulation_without_vmap_axes(self):
+    other = self._formulation(mlp, None, normal(2, (3, 3)))
+    self.assertIsNotNone(other)
+    self.assertTrue(other.per_example)
+    # And the whole-batch one with vmap_axes=0.
+    self.assertFalse(self._formulation(mlp, 0).per_example)
+
+  @parameterized.named_parameters(
+      ('batch_size_literal', batch_size_scaled),
+      ('batch_position_constant', batch_position_scaled),
+      ('batch_position_iota', batch_position_iota))
+  def test_no_per_example_formulation_when_batch_of_one_differs(self, f):
+    self.assertIsNone(self._formulation(f, None))
+
+  def test_no_per_example_formulation_when_examples_interact(self):
+    f = lambda p, x: mlp(p, x - jnp.mean(x, axis=0, keepdims=True))
+    self.assertIsNone(self._formulation(f, None))
+
+  def test_choice_is_per_static_keyword_value(self):
+    # Examples interact only with `train=True`: the choice made for
+    # `train=False` (per-example derivatives) must not be reused for it.
+    def f(params, x, train=False):
+      y = mlp(params, x)
+      return y - jnp.mean(y, axis=0, keepdims=True) if train else y
+    params = mlp_params()
+    x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(f, (), (), None, nt.NtkImplementation.AUTO)
+    for train in (False, True, False):
+      self.assertAllClose(
+          ntk_fn(x1, x2, params, train=train),
+          explicit_ntk(functools.partial(f, train=train), params, x1, x2, ()),
+          rtol=TOL, atol=TOL)
+
+  @parameterized.named_parameters(
+      ('mlp', mlp), ('batch_size_literal', batch_size_scaled),
+      ('batch_position_constant', batch_position_scaled),
+      ('batch_position_iota', batch_position_iota))
+  def test_auto_without_vmap_axes_equals_explicit(self, f):
+    params = mlp_params()
+    x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(f, (), (), None, nt.NtkImplementation.AUTO)
+    for second in (None, x2):
+      self.assertAllClose(ntk_fn(x1, second, params),
+                          explicit_ntk(f, params, x1, second, ()),
+                          rtol=TOL, atol=TOL)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,68 @@
+"""Tests of `empirical.structured_kernels`: the fallback to Jacobian
+contraction warns once when STRUCTURED_DERIVATIVES was asked for, and never
+when AUTO merely considered it.
+"""
+from unittest import mock
+import warnings
+
+from absl.testing import absltest
+import jax.numpy as jnp
+
+import neural_tangents as nt
+from neural_tangents._src.empirical import structured_kernels
+from tests import test_utils
+from tests.empirical.reference import explicit_ntk
+from tests.empirical.reference import mlp
+from tests.empirical.reference import mlp_params
+from tests.empirical.reference import normal
+from tests.empirical.reference import TOL
+
+
+def _batch_size_branch(params, x):
+  # A different program on 4 and on 3 examples: the engine cannot pair them.
+  y = mlp(params, x)
+  return y if x.shape[0] > 3 else jnp.tanh(y)
+
+
+class FallbackWarningTest(test_utils.NeuralTangentsTestCase):
+
+  def _kernels(self, implementation):
+    params = mlp_params()
+    x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(_batch_size_branch,
+                                 implementation=implementation)
+    with mock.patch.object(structured_kernels, '_WARNED_REASONS', set()):
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        kernels = [ntk_fn(x1, x2, params) for _ in range(2)]
+    for kernel in kernels:
+      self.assertAllClose(kernel, explicit_ntk(_batch_size_branch, params,
+                                               x1, x2), rtol=TOL, atol=TOL)
+    return [w for w in caught
+            if issubclass(w.category,
+                          structured_kernels.StructuredFallbackWarning)]
+
+  def test_explicit_structured_derivatives_warns_once_saying_why(self):
+    fallbacks = self._kernels(nt.NtkImplementation.STRUCTURED_DERIVATIVES)
+    self.assertLen(fallbacks, 1)
+    message = str(fallbacks[0].message)
+    self.assertIn('different programs on x1 and x2', message)
+    self.assertIn('JACOBIAN_CONTRACTION', message)
+
+  def test_auto_does_not_warn(self):
+    self.assertEmpty(self._kernels(nt.NtkImplementation.AUTO))
+
+  def test_supported_function_does_not_warn(self):
+    params, x1 = mlp_params(), normal(1, (4, 3))
+    ntk_fn = nt.empirical_ntk_fn(
+        mlp, implementation=nt.NtkImplementation.STRUCTURED_DERIVATIVES)
+    with mock.patch.object(structured_kernels, '_WARNED_REASONS', set()):
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        ntk_fn(x1, None, params)
+    self.assertEmpty([w for w in caught if issubclass(
+        w.category, structured_kernels.StructuredFallbackWarning)])
+
+
+if __name__ == '__main__':
+  absltest.main()
