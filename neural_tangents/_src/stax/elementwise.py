@@ -610,7 +610,7 @@ def Relu(do_stabilize: bool = False) -> Layer:
 
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(1), stax.Relu())
-    >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
+    >>> round(float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0]), 6)
     0.5
   """
   del do_stabilize
