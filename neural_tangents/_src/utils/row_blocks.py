@@ -75,8 +75,8 @@ def map_rows_in_place(
   x = mapped[0]
   n = x.shape[0] if x.ndim else 1
   if (x.nbytes <= blocked_above_bytes or n < 2 or
-      any(m is not None and (m.shape, m.dtype) != (x.shape, x.dtype)
-          for m in mapped) or
+      any(m is not None and (jnp.shape(m), jnp.result_type(m)) !=
+          (x.shape, x.dtype) for m in mapped) or
       any(jnp.ndim(o) != x.ndim or jnp.shape(o)[0] not in (1, n)
           for o in others)):
     return list(fn(*mapped, *others))
