@@ -9,6 +9,7 @@ arguments against their error messages. Monte Carlo helpers are in
 `test_utils`.
 """
 import functools
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -18,8 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents import stax
+from neural_tangents._src.stax import convolution
 from neural_tangents._src.stax.requirements import inputs_to_kernel
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import row_blocks
 from tests import test_utils
 from tests.test_utils import assert_matches_monte_carlo
 from tests.test_utils import empirical_ntk_errors
@@ -166,6 +169,25 @@ class ConvTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(ks[0], ks[1])
     self.assertAllClose(ks[0], ks[2])
 
+
+  @parameterized.parameters(('SAME', True), ('CIRCULAR', True),
+                            ('VALID', False))
+  def test_blocked_window_sums_match_whole_sums(self, padding, blocked):
+    # Large full covariances are window-summed in place, a block of rows at a
+    # time (`row_blocks`), when the sum keeps their shape (not for 'VALID');
+    # thresholds of 0 and 1 byte force one-row blocks here. The taps are
+    # summed in the same order: only XLA's fusion differs.
+    x = jax.random.normal(key(0), (3, 2, 5, 5, 4, 4))
+    dims = [convolution.conv_window(5, 3, 1, stax.Padding(padding)),
+            convolution.conv_window(4, 2, 1, stax.Padding(padding))]
+    # A new function each time: JAX caches traces per function.
+    sums = lambda: lambda x: convolution.conv_covariance(x, 2, dims, False)
+    whole = jax.jit(sums())(x)
+    with mock.patch.object(row_blocks, 'BLOCKED_ABOVE_BYTES', 0), \
+         mock.patch.object(row_blocks, 'BLOCK_BYTES', 1):
+      self.assertEqual('scan' in str(jax.make_jaxpr(sums())(x)), blocked)
+      self.assertLess(test_utils.relative_error(jax.jit(sums())(x), whole),
+                      1e-6)
 
 _LAYERS = (('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
            ('conv_local', stax.ConvLocal))

@@ -11,6 +11,7 @@
 """
 import functools
 import math
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,6 +22,7 @@ from scipy import special
 
 from neural_tangents import stax
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import row_blocks
 from tests import test_utils
 
 _MC_TOL = 0.05  # max error relative to the kernel's largest entry.
@@ -541,6 +543,31 @@ class RepresentationTest(test_utils.NeuralTangentsTestCase):
           (spatial_diag(full.nngp, 2), spatial_diag(full.ntk, 2),
            kernel_lib.batch_diagonal(spatial_diag(full.cov1, 2))), msg=name)
       self.assertIsNone(diag.cov2)
+
+
+class RowBlocksTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.product(
+      name=['relu', 'gelu', 'sign'],
+      dtype=[np.float32, np.float64])
+  def test_blocked_maps_match_whole_maps(self, name, dtype):
+    # Large covariances are mapped in place, a block of rows at a time
+    # (`row_blocks`); thresholds of 0 and 1 byte force one-row blocks here.
+    # Each entry goes through the same operations; only XLA's fusion (and so
+    # its contraction of multiply-adds) differs: rounding of the last bits.
+    x1, x2 = _inputs(dtype, (5, 4), (3, 4))
+    _, _, kernel_fn = _network(name, 2, 2)
+    get = ('nngp', 'ntk', 'cov1', 'cov2')
+    for x2_or_none in (x2, None):
+      whole = jax.jit(lambda a: kernel_fn(a, x2_or_none, get))(x1)
+      with mock.patch.object(row_blocks, 'BLOCKED_ABOVE_BYTES', 0), \
+           mock.patch.object(row_blocks, 'BLOCK_BYTES', 1):
+        blocked_fn = jax.jit(lambda a: kernel_fn(a, x2_or_none, get))
+        self.assertIn('scan', str(jax.make_jaxpr(blocked_fn)(x1)))
+        blocked = blocked_fn(x1)
+      for actual, desired in zip(blocked, whole):
+        self.assertLess(test_utils.relative_error(actual, desired),
+                        {np.float32: 1e-6, np.float64: 1e-14}[dtype], name)
 
 
 class StabilityTest(test_utils.NeuralTangentsTestCase):

@@ -51,6 +51,7 @@ from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import row_blocks
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -273,7 +274,14 @@ def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],
   """
   axes = [[n_batch + j] if diagonal_spatial else
           [n_batch + 2 * j, n_batch + 2 * j + 1] for j in range(len(dims))]
-  return diagonal_window_sum(x, axes, dims) / math.prod(d.size for d in dims)
+  n_taps = math.prod(d.size for d in dims)
+  window_mean = lambda x: (diagonal_window_sum(x, axes, dims) / n_taps,)
+  if diagonal_spatial or n_batch == 0:
+    return window_mean(x)[0]
+  # Rows of the first batch axis are independent: a large full covariance
+  # (whose padded copies and taps XLA would materialize at full size) is
+  # summed in place, a block of rows at a time, when the sums keep its shape.
+  return row_blocks.map_rows_in_place(window_mean, [x])[0]
 
 
 def permute_spatial(x: Array, n_batch: int, perm: Sequence[int],
