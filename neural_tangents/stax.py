@@ -4,7 +4,8 @@ Example:
   >>> from neural_tangents import stax
   >>> init_fn, apply_fn, kernel_fn = stax.serial(
   ...     stax.Dense(512), stax.Relu(), stax.Dense(1))
-  >>> kernel_fn(x1, x2, 'ntk')
+  >>> kernel_fn(x1, x2, 'ntk').shape
+  (3, 2)
 """
 # pylint: disable=unused-import
 from neural_tangents._src.stax.aggregate import Aggregate

@@ -193,6 +193,7 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
     >>> # Two graphs of 3 nodes with 4 features; a graph convolution:
     >>> _, apply_fn, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                                      stax.Aggregate(), stax.Dense(1))
+    >>> x = jnp.ones((2, 3, 4))
     >>> adjacency = jnp.ones((2, 3, 3))
     >>> kernel_fn(x, None, 'ntk', pattern=(adjacency, None)).shape
     (2, 2, 3, 3)
