@@ -26,7 +26,7 @@ from neural_tangents._src.stax.combinators import serial_params_to_repeat
 from neural_tangents._src.stax.convolution import Conv
 from neural_tangents._src.stax.convolution import ConvLocal
 from neural_tangents._src.stax.convolution import ConvTranspose
-from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.dropout import Dropout
 from neural_tangents._src.stax.elementwise import ABRelu
 from neural_tangents._src.stax.elementwise import Abs

@@ -33,7 +33,7 @@ from neural_tangents._src.stax.attention import PositionalEmbedding
 from neural_tangents._src.stax.convolution import Conv
 from neural_tangents._src.stax.convolution import ConvLocal
 from neural_tangents._src.stax.convolution import ConvTranspose
-from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.dropout import Dropout
 from neural_tangents._src.stax.normalization import LayerNorm
 from neural_tangents._src.stax.pooling import AvgPool
