@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
+from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires

@@ -748,26 +748,3 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
       f'with `output=Bool.YES` if its off-diagonal entries are zero; or '
       f'remove `{c}` after it.')
 
-
-def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
-                 layer_name: str) -> None:
-  """Raises a `ValueError` if a layer's axes differ from its input kernel's.
-
-  Args:
-    k: the input kernel.
-    batch_axis, channel_axis: the axes the layer was built with.
-    layer_name: the layer, for the message.
-
-  Example:
-    >>> k = inputs_to_kernel(jnp.ones((2, 3)), None, diagonal_batch=True,
-    ...                      diagonal_spatial=False, compute_ntk=True)
-    >>> check_layout(k, 0, -1, 'Dense')  # Matches: no error.
-  """
-  ndim = len(k.shape1)
-  if (batch_axis % ndim != k.batch_axis % ndim or
-      channel_axis % ndim != k.channel_axis % ndim):
-    raise ValueError(
-        f'`{layer_name}(batch_axis={batch_axis}, channel_axis={channel_axis})` '
-        f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
-        f'channel_axis={k.channel_axis}). Pass the same axes to every layer, '
-        'or the axes of the first layer to this one.')

@@ -16,8 +16,8 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
