@@ -1,4 +1,4 @@
-"""Convolutions: `Conv`, `ConvTranspose`, `ConvLocal`, and the `Padding` enum.
+"""Convolutions: `Conv`, `ConvTranspose` and `ConvLocal`.
 
 A convolution with a filter of `f = prod(filter_shape)` taps over `C` input
 channels, in the NTK parameterization,

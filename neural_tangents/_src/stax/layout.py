@@ -14,7 +14,7 @@ dimensions; `map_covariances` applies a map to every covariance of a kernel
 and `ensure_full_spatial` embeds spatial diagonals in full covariances.
 """
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -159,3 +159,27 @@ def permute_spatial(x: Array, n_batch: int, perm: Sequence[int],
     order += ([n_batch + p] if diagonal_spatial else
               [n_batch + 2 * p, n_batch + 2 * p + 1])
   return jnp.transpose(x, order)
+
+
+def reduce_spatial(k: Kernel, reduce: Callable[[Array, int], Array],
+                   output_shape: Callable[[Sequence[int]], tuple[int, ...]],
+                   batch_axis: int, channel_axis: int) -> Kernel:
+  """The kernel of a layer that reduces away every spatial axis.
+
+  Args:
+    k: the input kernel.
+    reduce: `reduce(covariance, n_batch_axes)`, applied to every covariance;
+      it leaves only the batch axes.
+    output_shape: the layer's output shape for an input shape.
+    batch_axis, channel_axis: the axes of the (rank-2) outputs.
+
+  Returns:
+    The output kernel, without spatial dimensions.
+  """
+  return map_covariances(k, reduce).replace(
+      is_input=False,
+      diagonal_spatial=False,
+      shape1=output_shape(k.shape1),
+      shape2=output_shape(k.shape2),
+      batch_axis=batch_axis,
+      channel_axis=channel_axis)

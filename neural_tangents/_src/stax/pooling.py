@@ -20,7 +20,7 @@ on the example; an output position is masked iff its whole window is. Global
 pooling averages over the unmasked positions and returns unmasked outputs.
 """
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 from jax import lax
@@ -35,6 +35,7 @@ from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import from_standard
 from neural_tangents._src.stax.layout import map_covariances
+from neural_tangents._src.stax.layout import reduce_spatial
 from neural_tangents._src.stax.layout import spatial_axes
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
@@ -94,6 +95,22 @@ def _average_weights(unmasked: Array, dims: Sequence[WindowDim],
   return jnp.where(positive, 1 / count, jnp.zeros((), dtype))
 
 
+def _pool_kernel_op(batch_axis: int, channel_axis: int, layer_name: str,
+                    pool_kernel: Callable[[Kernel], Kernel]) -> Callable:
+  """The kernel op of a pooling layer: `pool_kernel` of the input kernel
+  with full spatial covariances, after checking its layout."""
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(),
+            diagonal_spatial=Diagonal(input=Bool.NO))
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    check_layout(k, batch_axis, channel_axis, layer_name,
+                 "Pass the axes of the previous layer's outputs.")
+    return pool_kernel(ensure_full_spatial(k))
+
+  return kernel_fn
+
+
 def _pool(layer_name: str, window_shape, strides, padding,
           normalize_edges: bool, batch_axis: int, channel_axis: int,
           average: bool) -> Layer:
@@ -148,13 +165,7 @@ def _pool(layer_name: str, window_shape, strides, padding,
                                   channel_axis)
     return out
 
-  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.NO))
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    check_layout(k, batch_axis, channel_axis, layer_name,
-                 "Pass the axes of the previous layer's outputs.")
-    k = ensure_full_spatial(k)
+  def pool_kernel(k: Kernel) -> Kernel:
     _, dims = windows(k.shape1)
 
     def pool(x, n_batch):
@@ -172,6 +183,9 @@ def _pool(layer_name: str, window_shape, strides, padding,
         is_input=False,
         shape1=output_shape(k.shape1),
         shape2=output_shape(k.shape2))
+
+  kernel_fn = _pool_kernel_op(batch_axis, channel_axis, layer_name,
+                              pool_kernel)
 
   def mask_fn(mask, input_shape):
     # An output is masked iff every entry of its window is.
@@ -316,30 +330,21 @@ def _global_pool(layer_name: str, batch_axis: int, channel_axis: int,
     out_batch, _ = output_axes(inputs.ndim)
     return out * (c[:, None] if out_batch == 0 else c[None, :])
 
-  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.NO))
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    check_layout(k, batch_axis, channel_axis, layer_name,
-                 "Pass the axes of the previous layer's outputs.")
-    k = ensure_full_spatial(k)
+  def pool_kernel(k: Kernel) -> Kernel:
 
     def pool(x, n_batch):
       return jnp.sum(x, tuple(range(n_batch, x.ndim)))
 
-    out = map_covariances(k, pool)
+    out = reduce_spatial(k, pool, output_shape,
+                         *output_axes(len(k.shape1)))
     if average:
-      c1 = weights(k.mask1, k.shape1, k.nngp.dtype)
-      c2 = weights(k.mask2, k.shape2, k.nngp.dtype)
-      out = _weigh_covariances(out, c1, c2)
-    out_batch, out_channel = output_axes(len(k.shape1))
-    return out.replace(
-        is_input=False,
-        diagonal_spatial=False,
-        shape1=output_shape(k.shape1),
-        shape2=output_shape(k.shape2),
-        batch_axis=out_batch,
-        channel_axis=out_channel)
+      dtype = k.nngp.dtype
+      out = _weigh_covariances(out, weights(k.mask1, k.shape1, dtype),
+                               weights(k.mask2, k.shape2, dtype))
+    return out
+
+  kernel_fn = _pool_kernel_op(batch_axis, channel_axis, layer_name,
+                              pool_kernel)
 
   def mask_fn(mask, input_shape):
     # Masked positions are zeros averaged over (or left out of the average):
@@ -380,14 +385,8 @@ def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Layer:
   """Sum over all spatial positions: `(N, S..., C)` -> `(N, C)`.
 
   `y = sum_h x[h]`; kernel `nngp' = sum_{h, h'} nngp[h, h']` (and the same for
-  `ntk`, `cov1`, `cov2`). No params.
-
-  Args:
-    batch_axis: batch axis of the inputs.
-    channel_axis: channel axis of the inputs.
-
-  Returns:
-    `(init_fn, apply_fn, kernel_fn)`.
+  `ntk`, `cov1`, `cov2`). No params. Arguments and returns as
+  `GlobalAvgPool`'s.
 
   Example:
     >>> _, apply_fn, _ = stax.GlobalSumPool()
