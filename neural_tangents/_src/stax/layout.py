@@ -20,9 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Defined with the kernel representations they serve; importable from here.
-from neural_tangents._src.stax.requirements import ensure_full_spatial  # pylint: disable=unused-import
-from neural_tangents._src.stax.requirements import map_covariances  # pylint: disable=unused-import
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 
@@ -54,6 +51,60 @@ def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
         f'`{layer_name}(batch_axis={batch_axis}, channel_axis={channel_axis})` '
         f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
         f'channel_axis={k.channel_axis}). {fix}')
+
+
+def map_covariances(k: Kernel,
+                    fn: Callable[[Array, int], Array]) -> Kernel:
+  """Applies `fn(array, n_batch_axes)` to `nngp`, `ntk`, `cov1`, `cov2`."""
+  n_cov_batch = 1 if k.diagonal_batch else 2
+  return k.replace(
+      nngp=fn(k.nngp, 2),
+      ntk=None if k.ntk is None else fn(k.ntk, 2),
+      cov1=fn(k.cov1, n_cov_batch),
+      cov2=None if k.cov2 is None else fn(k.cov2, n_cov_batch))
+
+
+def embed_spatial_diagonal(x: Array, n_batch: int) -> Array:
+  """Inverse of `kernel.spatial_diagonal`, with zeros off the diagonal.
+
+  Example:
+    >>> embed_spatial_diagonal(jnp.ones((2, 3)), 1)[0]
+    Array([[1., 0., 0.],
+           [0., 1., 0.],
+           [0., 0., 1.]], dtype=float32)
+  """
+  n_spatial = x.ndim - n_batch
+  for i in range(n_spatial):
+    axis = n_batch + 2 * i
+    size = x.shape[axis]
+    eye = jnp.eye(size, dtype=x.dtype)
+    x = jnp.expand_dims(x, axis + 1)
+    shape = [1] * x.ndim
+    shape[axis], shape[axis + 1] = size, size
+    x = x * eye.reshape(shape)
+  return x
+
+
+def ensure_full_spatial(k: Kernel) -> Kernel:
+  """The full spatial representation of `k`, for layers that need it.
+
+  Requirement resolution only hands a spatially diagonal kernel to a layer
+  declaring `Diagonal(input=Bool.NO)` when every off-diagonal entry is known
+  to be zero (after a layer with `Diagonal(output=Bool.YES)`), so embedding the
+  diagonal is exact.
+  """
+  if not k.diagonal_spatial or k.n_spatial == 0:
+    return k
+  return map_covariances(k, embed_spatial_diagonal).replace(
+      diagonal_spatial=False)
+
+
+def interleave_pairs(x: Array, n_batch: int, n_spatial: int) -> Array:
+  """`(B..., S_1..S_d, S'_1..S'_d)` -> `(B..., S_1, S'_1, ..., S_d, S'_d)`."""
+  order = list(range(n_batch))
+  for i in range(n_spatial):
+    order += [n_batch + i, n_batch + n_spatial + i]
+  return jnp.transpose(x, order)
 
 
 def spatial_axes(ndim: int, batch_axis: int, channel_axis: int,
@@ -136,12 +187,8 @@ def flatten_pairs(x: Array, n_batch: int, n_spatial: int) -> Array:
 def unflatten_pairs(x: Array, n_batch: int,
                     spatial: tuple[int, ...]) -> Array:
   """Inverse of `flatten_pairs` for the spatial shape `spatial`."""
-  n_spatial = len(spatial)
   x = x.reshape(x.shape[:n_batch] + spatial + spatial)
-  order = list(range(n_batch))
-  for i in range(n_spatial):
-    order += [n_batch + i, n_batch + n_spatial + i]
-  return jnp.transpose(x, order)
+  return interleave_pairs(x, n_batch, len(spatial))
 
 
 def permute_spatial(x: Array, n_batch: int, perm: Sequence[int],
