@@ -32,7 +32,6 @@ outputs `window_output_mask` are shared with the pooling layers; the geometry
 of the windows (`Padding`, `WindowDim`, `ConvLayout`) is in `windows`.
 """
 import dataclasses
-import enum
 import itertools
 import math
 from typing import Callable, Optional, Sequence, Union
@@ -50,13 +49,13 @@ from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
-# Window geometry; `Padding` and `WindowDim` are importable from here too.
+# Window geometry (`Padding` stays importable from here).
 from neural_tangents._src.stax.windows import check_input_rank
 from neural_tangents._src.stax.windows import conv_layout
 from neural_tangents._src.stax.windows import ConvLayout
 from neural_tangents._src.stax.windows import letter_windows
 from neural_tangents._src.stax.windows import Padding
-from neural_tangents._src.stax.windows import padding_of  # pylint: disable=unused-import
+from neural_tangents._src.stax.windows import padding_of
 from neural_tangents._src.stax.windows import window_output_shape
 from neural_tangents._src.stax.windows import WindowDim
 from neural_tangents._src.utils import arguments

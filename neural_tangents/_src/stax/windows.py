@@ -41,11 +41,10 @@ def padding_of(padding: Union[str, Padding]) -> Padding:
   try:
     return arguments.parse_enum(padding, Padding, 'padding')
   except ValueError:
-    pass
-  raise ValueError(
-      f'`padding` must be one of "VALID", "SAME", "CIRCULAR" (or a '
-      f'`stax.Padding`); got {padding!r}. Pass e.g. padding="SAME".')
-
+    raise ValueError(
+        f'`padding` must be one of "VALID", "SAME", "CIRCULAR" (or a '
+        f'`stax.Padding`); got {padding!r}. Pass e.g. padding="SAME".'
+    ) from None
 
 
 # -----------------------------------------------------------------------------
