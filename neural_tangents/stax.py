@@ -4,7 +4,8 @@ Example:
   >>> from neural_tangents import stax
   >>> init_fn, apply_fn, kernel_fn = stax.serial(
   ...     stax.Dense(512), stax.Relu(), stax.Dense(1))
-  >>> kernel_fn(x1, x2, 'ntk')
+  >>> kernel_fn(x1, x2, 'ntk').shape
+  (3, 2)
 """
 # pylint: disable=unused-import
 from neural_tangents._src.stax.aggregate import Aggregate
@@ -25,7 +26,7 @@ from neural_tangents._src.stax.combinators import serial_params_to_repeat
 from neural_tangents._src.stax.convolution import Conv
 from neural_tangents._src.stax.convolution import ConvLocal
 from neural_tangents._src.stax.convolution import ConvTranspose
-from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.dropout import Dropout
 from neural_tangents._src.stax.elementwise import ABRelu
 from neural_tangents._src.stax.elementwise import Abs

@@ -26,12 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax import masking
+from neural_tangents._src.stax.layout import check_layout
+from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
-from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -53,17 +55,6 @@ class AggregateImplementation(enum.Enum):
   """
   DENSE = 'DENSE'
   SPARSE = 'SPARSE'
-
-
-def _implementation(value: Union[str, AggregateImplementation]
-                    ) -> AggregateImplementation:
-  if isinstance(value, AggregateImplementation):
-    return value
-  try:
-    return AggregateImplementation(str(value).upper())
-  except ValueError:
-    raise ValueError(f'`implementation` must be "DENSE" or "SPARSE"; got '
-                     f'{value!r}.') from None
 
 
 def _aggregate_axes(aggregate_axis: Optional[Union[int, Sequence[int]]],
@@ -193,11 +184,13 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
     >>> # Two graphs of 3 nodes with 4 features; a graph convolution:
     >>> _, apply_fn, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                                      stax.Aggregate(), stax.Dense(1))
+    >>> x = jnp.ones((2, 3, 4))
     >>> adjacency = jnp.ones((2, 3, 3))
     >>> kernel_fn(x, None, 'ntk', pattern=(adjacency, None)).shape
     (2, 2, 3, 3)
   """
-  impl = _implementation(implementation)
+  impl = arguments.parse_enum(implementation, AggregateImplementation,
+                              'implementation')
   if to_dense is None:
     to_dense = lambda p: p
 
@@ -245,13 +238,7 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
                 input=Bool.NO))
   def kernel_fn(k: Kernel, *, pattern=(None, None), **kwargs) -> Kernel:
     ndim = len(k.shape1)
-    if (batch_axis % ndim != k.batch_axis % ndim or
-        channel_axis % ndim != k.channel_axis % ndim):
-      raise ValueError(
-          f'`Aggregate(batch_axis={batch_axis}, channel_axis={channel_axis})` '
-          f'does not match the layout of its inputs (batch_axis={k.batch_axis}'
-          f', channel_axis={k.channel_axis}). Pass the same axes to every '
-          'layer.')
+    check_layout(k, batch_axis, channel_axis, 'Aggregate')
     if pattern is None:
       pattern = (None, None)
     if not isinstance(pattern, (tuple, list)) or len(pattern) != 2:

@@ -10,10 +10,11 @@ input covariance, `R(l, m)` the positional-embedding covariance, `Kk` / `Kv`
 the covariances of the key and value inputs (inputs combined with positional
 embeddings), `Tk` / `Tv` their NTKs, and `s = W_query_std^2 W_key_std^2`.
 """
+import dataclasses
 import enum
 import functools
 import math
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import jax
 from jax import random
@@ -22,12 +23,18 @@ import numpy as np
 
 from neural_tangents._src.stax import elementwise
 from neural_tangents._src.stax import masking
+from neural_tangents._src.stax.layout import check_layout
+from neural_tangents._src.stax.layout import ensure_full_spatial
+from neural_tangents._src.stax.layout import flatten_pairs
+from neural_tangents._src.stax.layout import from_standard
+from neural_tangents._src.stax.layout import to_standard
+from neural_tangents._src.stax.layout import unflatten_pairs
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
-from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
@@ -61,17 +68,6 @@ class PositionalEmbedding(enum.Enum):
   NONE = 'NONE'
   SUM = 'SUM'
   CONCAT = 'CONCAT'
-
-
-def _enum(value: Union[str, enum.Enum], cls: type, name: str) -> enum.Enum:
-  if isinstance(value, cls):
-    return value
-  try:
-    return cls(str(value).upper())
-  except ValueError:
-    raise ValueError(
-        f'`{name}` must be one of {[m.value for m in cls]} (or `{cls.__name__}`'
-        f' members); got {value!r}.') from None
 
 
 # -----------------------------------------------------------------------------
@@ -155,53 +151,6 @@ def _abs_kernel_map(q1, q2, c, compute_dot):
 
 
 # -----------------------------------------------------------------------------
-# Layout helpers: interleaved spatial pairs <-> flattened positions.
-
-
-def _flatten_pairs(x: Array, n_batch: int, n_spatial: int) -> Array:
-  """`(B..., S_1, S_1', ..., S_d, S_d')` -> `(B..., L, L')`."""
-  order = (list(range(n_batch)) +
-           [n_batch + 2 * i for i in range(n_spatial)] +
-           [n_batch + 2 * i + 1 for i in range(n_spatial)])
-  x = jnp.transpose(x, order)
-  batch = x.shape[:n_batch]
-  spatial = x.shape[n_batch:n_batch + n_spatial]
-  n = math.prod(spatial)
-  return x.reshape(batch + (n, n))
-
-
-def _unflatten_pairs(x: Array, n_batch: int,
-                     spatial: tuple[int, ...]) -> Array:
-  """Inverse of `_flatten_pairs`."""
-  n_spatial = len(spatial)
-  x = x.reshape(x.shape[:n_batch] + spatial + spatial)
-  order = list(range(n_batch))
-  for i in range(n_spatial):
-    order += [n_batch + i, n_batch + n_spatial + i]
-  return jnp.transpose(x, order)
-
-
-def _to_standard(x: Array, batch_axis: int, channel_axis: int) -> Array:
-  """Activations -> `(N, L, C)` with positions flattened."""
-  ndim = x.ndim
-  b, c = batch_axis % ndim, channel_axis % ndim
-  order = [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
-  x = jnp.transpose(x, order)
-  return x.reshape(x.shape[0], -1, x.shape[-1])
-
-
-def _from_standard(x: Array, shape: tuple[int, ...], batch_axis: int,
-                   channel_axis: int) -> Array:
-  """Inverse of `_to_standard` for activations of `shape` (any channels)."""
-  ndim = len(shape)
-  b, c = batch_axis % ndim, channel_axis % ndim
-  order = [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
-  standard_shape = ((x.shape[0],) + tuple(shape[i] for i in order[1:-1]) +
-                    (x.shape[-1],))
-  return jnp.transpose(x.reshape(standard_shape), np.argsort(order))
-
-
-# -----------------------------------------------------------------------------
 # The kernel of one (pair of sets of) examples.
 
 
@@ -268,6 +217,287 @@ def _gaussian_logits_pair(kk, kv, tk, tv, q_a, q_b, s, mechanism):
            s * (kk + tk) * jnp.einsum('...ajbk,...jk->...ab', e_dphi, kk * kv) +
            s * kk * jnp.einsum('...ajbk,...jk->...ab', e_dphi, (kk + tk) * kv))
   return nngp, ntk
+
+
+# -----------------------------------------------------------------------------
+# The layer: a spec of its arguments, and its functions.
+
+
+@dataclasses.dataclass(frozen=True)
+class _AttentionSpec:
+  """Validated arguments of `GlobalSelfAttention` (see its docstring)."""
+  n_chan_out: int
+  n_chan_key: int
+  n_chan_val: int
+  n_heads: int
+  linear_scaling: bool
+  W_key_std: float
+  W_value_std: float
+  W_query_std: float
+  W_out_std: float
+  b_std: Optional[float]
+  mechanism: AttentionMechanism
+  pos_emb_kind: PositionalEmbedding
+  pos_emb_p_norm: float
+  pos_emb_decay_fn: Optional[Callable[[Array], Array]]
+  n_chan_pos_emb: Optional[int]
+  W_pos_emb_std: float
+  val_pos_emb: bool
+  batch_axis: int
+  channel_axis: int
+
+  @property
+  def has_pos_emb(self) -> bool:
+    return self.pos_emb_kind != PositionalEmbedding.NONE
+
+  def pos_emb_channels(self, n_chan_in: int) -> int:
+    """`C_pe`, the channels of the positional embeddings."""
+    c_pe = n_chan_in if self.n_chan_pos_emb is None else self.n_chan_pos_emb
+    if self.pos_emb_kind == PositionalEmbedding.SUM and c_pe != n_chan_in:
+      raise ValueError(
+          f'`pos_emb_type="SUM"` adds embeddings to inputs of {n_chan_in} '
+          f'channels, so `n_chan_pos_emb` must be None or {n_chan_in}; got '
+          f'{self.n_chan_pos_emb}. Use `pos_emb_type="CONCAT"` for a '
+          'different number of channels.')
+    return c_pe
+
+  def key_val_channels(self, n_chan_in: int) -> tuple[int, int]:
+    """`(C_k, C_v)`, the input channels of the keys and of the values."""
+    if self.pos_emb_kind != PositionalEmbedding.CONCAT:
+      if self.has_pos_emb:
+        self.pos_emb_channels(n_chan_in)
+      return n_chan_in, n_chan_in
+    c_k = n_chan_in + self.pos_emb_channels(n_chan_in)
+    return c_k, (c_k if self.val_pos_emb else n_chan_in)
+
+  def mixing_weights(self, n_chan_in: int) -> tuple[float, float]:
+    """`(w_x, w_p)`: `Kk = w_x Kx + w_p R`."""
+    if self.pos_emb_kind == PositionalEmbedding.CONCAT:
+      c_pe = self.pos_emb_channels(n_chan_in)
+      return (n_chan_in / (n_chan_in + c_pe),
+              self.W_pos_emb_std**2 * c_pe / (n_chan_in + c_pe))
+    return 1., self.W_pos_emb_std**2
+
+
+def _attention_spec(n_chan_out, n_chan_key, n_chan_val, n_heads,
+                    linear_scaling, W_key_std, W_value_std, W_query_std,
+                    W_out_std, b_std, attention_mechanism, pos_emb_type,
+                    pos_emb_p_norm, pos_emb_decay_fn, n_chan_pos_emb,
+                    W_pos_emb_std, val_pos_emb, batch_axis,
+                    channel_axis) -> _AttentionSpec:
+  for value, name in ((n_chan_out, 'n_chan_out'), (n_chan_key, 'n_chan_key'),
+                      (n_chan_val, 'n_chan_val'), (n_heads, 'n_heads')):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f'`{name}` must be a positive int; got {value!r}.')
+  if n_chan_pos_emb is not None and (not isinstance(n_chan_pos_emb, int) or
+                                     n_chan_pos_emb <= 0):
+    raise ValueError(f'`n_chan_pos_emb` must be None or a positive int; got '
+                     f'{n_chan_pos_emb!r}.')
+  return _AttentionSpec(
+      n_chan_out=n_chan_out, n_chan_key=n_chan_key, n_chan_val=n_chan_val,
+      n_heads=n_heads, linear_scaling=linear_scaling, W_key_std=W_key_std,
+      W_value_std=W_value_std, W_query_std=W_query_std, W_out_std=W_out_std,
+      b_std=b_std,
+      mechanism=arguments.parse_enum(attention_mechanism, AttentionMechanism,
+                                     'attention_mechanism'),
+      pos_emb_kind=arguments.parse_enum(pos_emb_type, PositionalEmbedding,
+                                        'pos_emb_type'),
+      pos_emb_p_norm=pos_emb_p_norm, pos_emb_decay_fn=pos_emb_decay_fn,
+      n_chan_pos_emb=n_chan_pos_emb, W_pos_emb_std=W_pos_emb_std,
+      val_pos_emb=val_pos_emb, batch_axis=batch_axis,
+      channel_axis=channel_axis)
+
+
+def _attention_init(spec: _AttentionSpec, rng: Array,
+                    input_shape: tuple[int, ...]) -> tuple[tuple[int, ...],
+                                                           tuple[Any, ...]]:
+  """`init_fn`: the output shape and `(query_W, key_W, val_W, out_W, b,
+  pos_emb)`."""
+  ndim = len(input_shape)
+  c_axis = spec.channel_axis % ndim
+  n_chan_in = input_shape[c_axis]
+  c_k, c_v = spec.key_val_channels(n_chan_in)
+  rng_q, rng_k, rng_v, rng_o, rng_b, rng_pe = random.split(rng, 6)
+  heads, n_key = spec.n_heads, spec.n_chan_key
+  query_W = (None if spec.linear_scaling else
+             random.normal(rng_q, (heads, c_k, n_key)))
+  key_W = random.normal(rng_k, (heads, c_k, n_key))
+  val_W = random.normal(rng_v, (heads, c_v, spec.n_chan_val))
+  out_W = random.normal(rng_o, (heads * spec.n_chan_val, spec.n_chan_out))
+  b = None
+  if spec.b_std is not None:
+    b_shape = [1] * ndim
+    b_shape[c_axis] = spec.n_chan_out
+    b = random.normal(rng_b, b_shape)
+  pos_emb = None
+  if spec.has_pos_emb:
+    pe_shape = list(input_shape)
+    pe_shape[spec.batch_axis % ndim] = 1
+    pe_shape[c_axis] = spec.pos_emb_channels(n_chan_in)
+    pos_emb = random.normal(rng_pe, pe_shape)
+  output_shape = list(input_shape)
+  output_shape[c_axis] = spec.n_chan_out
+  return tuple(output_shape), (query_W, key_W, val_W, out_W, b, pos_emb)
+
+
+def _embeddings(spec: _AttentionSpec, pos_emb: Array,
+                spatial: tuple[int, ...]) -> Array:
+  """`W_pos_emb_std R^{1/2} Z`, `(1, L, C_pe)`."""
+  z = to_standard(pos_emb, spec.batch_axis, spec.channel_axis, flatten=True)
+  if spec.pos_emb_decay_fn is not None:
+    sqrt = _pos_emb_covariance_np(tuple(spatial), spec.pos_emb_p_norm,
+                                  spec.pos_emb_decay_fn)[1]
+    z = jnp.einsum('lm,nmc->nlc', jnp.asarray(sqrt, z.dtype), z)
+  return spec.W_pos_emb_std * z
+
+
+def _attention_apply(spec: _AttentionSpec, params: Any, inputs: Array,
+                     mask: Optional[Array]) -> Array:
+  """`apply_fn` (see `GlobalSelfAttention`)."""
+  query_W, key_W, val_W, out_W, b, pos_emb = params
+  ndim = inputs.ndim
+  b_axis, c_axis = spec.batch_axis % ndim, spec.channel_axis % ndim
+  spatial = kernel_lib.spatial_shape(inputs.shape, b_axis, c_axis)
+  x = to_standard(inputs, b_axis, c_axis, flatten=True)
+  keys_in = vals_in = x
+  if spec.has_pos_emb:
+    e = jnp.broadcast_to(_embeddings(spec, pos_emb, spatial),
+                         x.shape[:2] + (pos_emb.shape[c_axis],))
+    keys_in = (x + e if spec.pos_emb_kind == PositionalEmbedding.SUM else
+               jnp.concatenate([x, e], axis=-1))
+    if spec.val_pos_emb:
+      vals_in = keys_in
+  hi = jax.lax.Precision.HIGHEST
+  project = lambda z, w, std: std / math.sqrt(z.shape[-1]) * jnp.einsum(
+      'nlc,hcd->nhld', z, w, precision=hi)
+  keys = project(keys_in, key_W, spec.W_key_std)
+  queries = (spec.W_query_std / spec.W_key_std * keys if query_W is None else
+             project(keys_in, query_W, spec.W_query_std))
+  values = project(vals_in, val_W, spec.W_value_std)
+  scale = (spec.n_chan_key if spec.linear_scaling else
+           math.sqrt(spec.n_chan_key))
+  logits = jnp.einsum('nhld,nhmd->nhlm', queries, keys, precision=hi) / scale
+  keep = None
+  if mask is not None:
+    keep = ~masking.position_mask(mask, inputs.shape, b_axis, c_axis)
+    keep = keep.reshape(keep.shape[0], 1, 1, -1)
+  weights = _attention_weights(logits, spec.mechanism, keep)
+  heads = jnp.einsum('nhlm,nhmd->nlhd', weights, values, precision=hi)
+  heads = heads.reshape(heads.shape[:2] + (-1,))
+  out = spec.W_out_std / math.sqrt(heads.shape[-1]) * jnp.einsum(
+      'nlc,co->nlo', heads, out_W, precision=hi)
+  out = from_standard(out, inputs.shape, b_axis, c_axis)
+  if b is not None:
+    out = out + spec.b_std * b
+  return out
+
+
+def _attention_kernel(spec: _AttentionSpec, k: Kernel) -> Kernel:
+  """`kernel_fn` (see `GlobalSelfAttention`)."""
+  check_layout(k, spec.batch_axis, spec.channel_axis, 'GlobalSelfAttention')
+  mechanism = spec.mechanism
+  if not spec.linear_scaling and mechanism == AttentionMechanism.SOFTMAX:
+    raise NotImplementedError(
+        'The infinite-width kernel of softmax attention with '
+        '`linear_scaling=False` (logits scaled by 1/sqrt(n_chan_key), hence '
+        'Gaussian) has no known closed form. Use `linear_scaling=True`, or '
+        '`attention_mechanism` "IDENTITY", "RELU" or "ABS".')
+  k = ensure_full_spatial(k)
+  n_spatial = k.n_spatial
+  spatial = k.spatial_shape1
+  n_pos = math.prod(spatial)
+  w_x, w_p = spec.mixing_weights(k.channels)
+  r = None
+  if spec.has_pos_emb:
+    spec.pos_emb_channels(k.channels)  # Validates `n_chan_pos_emb`.
+    r = jnp.asarray(pos_emb_covariance(spatial, spec.pos_emb_p_norm,
+                                       spec.pos_emb_decay_fn), k.nngp.dtype)
+
+  def with_pos(x, use):
+    if x is None or r is None or not use:
+      return x
+    # `r` is `(L, L)`; `x` has leading batch axes `(B..., L, L)`.
+    return w_x * x + w_p * jnp.reshape(r, (1,) * (x.ndim - 2) + r.shape)
+
+  flat = lambda x, n_batch: None if x is None else flatten_pairs(
+      x, n_batch, n_spatial)
+
+  def keep_of(mask, shape):
+    pm = masking.position_mask(mask, shape, k.batch_axis, k.channel_axis)
+    return None if pm is None else ~pm.reshape(pm.shape[0], n_pos)
+
+  keep1 = keep_of(k.mask1, k.shape1)
+  keep2 = keep1 if k.cov2 is None else keep_of(k.mask2, k.shape2)
+  var1 = flat(k.cov1 if k.diagonal_batch else kernel_lib.batch_diagonal(
+      k.cov1), 1)
+  var2 = var1 if k.cov2 is None else flat(
+      k.cov2 if k.diagonal_batch else kernel_lib.batch_diagonal(k.cov2), 1)
+  kk1, kk2 = with_pos(var1, True), with_pos(var2, True)
+
+  if spec.linear_scaling:
+    sqrt_s = spec.W_query_std * spec.W_key_std
+    g1 = _attention_weights(sqrt_s * kk1, mechanism,
+                            None if keep1 is None else keep1[:, None, :])
+    g2 = g1 if k.cov2 is None else _attention_weights(
+        sqrt_s * kk2, mechanism, None if keep2 is None else keep2[:, None, :])
+    side1, side2 = g1, g2
+  else:
+    side1 = jnp.diagonal(kk1, axis1=-2, axis2=-1)
+    side2 = jnp.diagonal(kk2, axis1=-2, axis2=-1)
+  scale = spec.W_out_std**2 * spec.W_value_std**2
+
+  def pair(kx, tx, side_a, side_b, keep_a, keep_b):
+    """Output (nngp, ntk) between two sets (leading batch axes aligned)."""
+    kv, tv = with_pos(kx, spec.val_pos_emb), with_pos(tx, spec.val_pos_emb)
+    if keep_a is not None or keep_b is not None:
+      # Masked keys carry no value (nor attention weight).
+      ka = 1. if keep_a is None else keep_a[..., :, None]
+      kb = 1. if keep_b is None else keep_b[..., None, :]
+      kv = kv * ka * kb
+      tv = None if tv is None else tv * ka * kb
+    if spec.linear_scaling:
+      nngp, ntk = _linear_scaling_pair(kv, tv, side_a, side_b)
+    else:
+      kk, tk = with_pos(kx, True), with_pos(tx, True)
+      nngp, ntk = _gaussian_logits_pair(
+          kk, kv, tk, tv, side_a, side_b,
+          (spec.W_query_std * spec.W_key_std)**2, mechanism)
+    nngp = scale * nngp
+    if spec.b_std is not None:
+      nngp = nngp + spec.b_std**2
+    if ntk is not None:
+      ntk = nngp + scale * ntk
+    return nngp, ntk
+
+  ex = lambda x, axis: None if x is None else jnp.expand_dims(x, axis)
+  nngp, ntk = pair(flat(k.nngp, 2), flat(k.ntk, 2), ex(side1, 1),
+                   ex(side2, 0), ex(keep1, 1), ex(keep2, 0))
+
+  def self_cov(cov, side, keep):
+    if cov is None:
+      return None
+    if k.diagonal_batch:
+      return pair(flat(cov, 1), None, side, side, keep, keep)[0]
+    return pair(flat(cov, 2), None, ex(side, 1), ex(side, 0), ex(keep, 1),
+                ex(keep, 0))[0]
+
+  cov1 = self_cov(k.cov1, side1, keep1)
+  cov2 = self_cov(k.cov2, side2, keep2)
+  n_cov_batch = 1 if k.diagonal_batch else 2
+  unflat = lambda x, n_batch: None if x is None else unflatten_pairs(
+      x, n_batch, spatial)
+  c_axis = k.channel_axis % len(k.shape1)
+  shape1, shape2 = list(k.shape1), list(k.shape2)
+  shape1[c_axis] = shape2[c_axis] = spec.n_chan_out
+  return k.replace(
+      nngp=unflat(nngp, 2),
+      ntk=unflat(ntk, 2),
+      cov1=unflat(cov1, n_cov_batch),
+      cov2=unflat(cov2, n_cov_batch),
+      is_gaussian=True,
+      is_input=False,
+      shape1=tuple(shape1),
+      shape2=tuple(shape2))
 
 
 @layer
@@ -391,228 +621,23 @@ def GlobalSelfAttention(n_chan_out: int,
     >>> kernel_fn(jnp.ones((2, 8, 3)), None, 'ntk').shape
     (2, 2)
   """
-  mechanism = _enum(attention_mechanism, AttentionMechanism,
-                    'attention_mechanism')
-  pos_emb_kind = _enum(pos_emb_type, PositionalEmbedding, 'pos_emb_type')
-  for value, name in ((n_chan_out, 'n_chan_out'), (n_chan_key, 'n_chan_key'),
-                      (n_chan_val, 'n_chan_val'), (n_heads, 'n_heads')):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-      raise ValueError(f'`{name}` must be a positive int; got {value!r}.')
-  if n_chan_pos_emb is not None and (not isinstance(n_chan_pos_emb, int) or
-                                     n_chan_pos_emb <= 0):
-    raise ValueError(f'`n_chan_pos_emb` must be None or a positive int; got '
-                     f'{n_chan_pos_emb!r}.')
-  has_pos_emb = pos_emb_kind != PositionalEmbedding.NONE
-
-  def pos_emb_channels(n_chan_in: int) -> int:
-    c_pe = n_chan_in if n_chan_pos_emb is None else n_chan_pos_emb
-    if pos_emb_kind == PositionalEmbedding.SUM and c_pe != n_chan_in:
-      raise ValueError(
-          f'`pos_emb_type="SUM"` adds embeddings to inputs of {n_chan_in} '
-          f'channels, so `n_chan_pos_emb` must be None or {n_chan_in}; got '
-          f'{n_chan_pos_emb}. Use `pos_emb_type="CONCAT"` for a different '
-          'number of channels.')
-    return c_pe
-
-  def key_val_channels(n_chan_in: int) -> tuple[int, int]:
-    if pos_emb_kind != PositionalEmbedding.CONCAT:
-      if has_pos_emb:
-        pos_emb_channels(n_chan_in)
-      return n_chan_in, n_chan_in
-    c_k = n_chan_in + pos_emb_channels(n_chan_in)
-    return c_k, (c_k if val_pos_emb else n_chan_in)
+  spec = _attention_spec(
+      n_chan_out, n_chan_key, n_chan_val, n_heads, linear_scaling, W_key_std,
+      W_value_std, W_query_std, W_out_std, b_std, attention_mechanism,
+      pos_emb_type, pos_emb_p_norm, pos_emb_decay_fn, n_chan_pos_emb,
+      W_pos_emb_std, val_pos_emb, batch_axis, channel_axis)
 
   def init_fn(rng, input_shape):
-    ndim = len(input_shape)
-    c_axis = channel_axis % ndim
-    n_chan_in = input_shape[c_axis]
-    c_k, c_v = key_val_channels(n_chan_in)
-    rng_q, rng_k, rng_v, rng_o, rng_b, rng_pe = random.split(rng, 6)
-    query_W = (None if linear_scaling else
-               random.normal(rng_q, (n_heads, c_k, n_chan_key)))
-    key_W = random.normal(rng_k, (n_heads, c_k, n_chan_key))
-    val_W = random.normal(rng_v, (n_heads, c_v, n_chan_val))
-    out_W = random.normal(rng_o, (n_heads * n_chan_val, n_chan_out))
-    b = None
-    if b_std is not None:
-      b_shape = [1] * ndim
-      b_shape[c_axis] = n_chan_out
-      b = random.normal(rng_b, b_shape)
-    pos_emb = None
-    if has_pos_emb:
-      pe_shape = list(input_shape)
-      pe_shape[batch_axis % ndim] = 1
-      pe_shape[c_axis] = pos_emb_channels(n_chan_in)
-      pos_emb = random.normal(rng_pe, pe_shape)
-    output_shape = list(input_shape)
-    output_shape[c_axis] = n_chan_out
-    return tuple(output_shape), (query_W, key_W, val_W, out_W, b, pos_emb)
-
-  def embeddings(pos_emb, spatial):
-    """`W_pos_emb_std R^{1/2} Z`, `(1, L, C_pe)`."""
-    z = _to_standard(pos_emb, batch_axis, channel_axis)
-    if pos_emb_decay_fn is not None:
-      sqrt = _pos_emb_covariance_np(tuple(spatial), pos_emb_p_norm,
-                                    pos_emb_decay_fn)[1]
-      z = jnp.einsum('lm,nmc->nlc', jnp.asarray(sqrt, z.dtype), z)
-    return W_pos_emb_std * z
+    return _attention_init(spec, rng, input_shape)
 
   def apply_fn(params, inputs, *, mask=None, **kwargs):
-    query_W, key_W, val_W, out_W, b, pos_emb = params
-    ndim = inputs.ndim
-    b_axis, c_axis = batch_axis % ndim, channel_axis % ndim
-    spatial = kernel_lib.spatial_shape(inputs.shape, b_axis, c_axis)
-    x = _to_standard(inputs, b_axis, c_axis)
-    keys_in = vals_in = x
-    if has_pos_emb:
-      e = jnp.broadcast_to(embeddings(pos_emb, spatial),
-                           x.shape[:2] + (pos_emb.shape[c_axis],))
-      keys_in = (x + e if pos_emb_kind == PositionalEmbedding.SUM else
-                 jnp.concatenate([x, e], axis=-1))
-      if val_pos_emb:
-        vals_in = keys_in
-    hi = jax.lax.Precision.HIGHEST
-    project = lambda z, w, std: std / math.sqrt(z.shape[-1]) * jnp.einsum(
-        'nlc,hcd->nhld', z, w, precision=hi)
-    keys = project(keys_in, key_W, W_key_std)
-    queries = (W_query_std / W_key_std * keys if query_W is None else
-               project(keys_in, query_W, W_query_std))
-    values = project(vals_in, val_W, W_value_std)
-    scale = n_chan_key if linear_scaling else math.sqrt(n_chan_key)
-    logits = jnp.einsum('nhld,nhmd->nhlm', queries, keys, precision=hi) / scale
-    keep = None
-    if mask is not None:
-      keep = ~masking.position_mask(mask, inputs.shape, b_axis, c_axis)
-      keep = keep.reshape(keep.shape[0], 1, 1, -1)
-    weights = _attention_weights(logits, mechanism, keep)
-    heads = jnp.einsum('nhlm,nhmd->nlhd', weights, values, precision=hi)
-    heads = heads.reshape(heads.shape[:2] + (-1,))
-    out = W_out_std / math.sqrt(heads.shape[-1]) * jnp.einsum(
-        'nlc,co->nlo', heads, out_W, precision=hi)
-    out = _from_standard(out, inputs.shape, b_axis, c_axis)
-    if b is not None:
-      out = out + b_std * b
-    return out
+    return _attention_apply(spec, params, inputs, mask)
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(input=Bool.MAYBE),
             diagonal_spatial=Diagonal(input=Bool.NO))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    ndim = len(k.shape1)
-    if (batch_axis % ndim != k.batch_axis % ndim or
-        channel_axis % ndim != k.channel_axis % ndim):
-      raise ValueError(
-          f'`GlobalSelfAttention(batch_axis={batch_axis}, channel_axis='
-          f'{channel_axis})` does not match the layout of its inputs '
-          f'(batch_axis={k.batch_axis}, channel_axis={k.channel_axis}). Pass '
-          'the same axes to every layer.')
-    if not linear_scaling and mechanism == AttentionMechanism.SOFTMAX:
-      raise NotImplementedError(
-          'The infinite-width kernel of softmax attention with '
-          '`linear_scaling=False` (logits scaled by 1/sqrt(n_chan_key), hence '
-          'Gaussian) has no known closed form. Use `linear_scaling=True`, or '
-          '`attention_mechanism` "IDENTITY", "RELU" or "ABS".')
-    k = ensure_full_spatial(k)
-    n_spatial = k.n_spatial
-    spatial = k.spatial_shape1
-    n_pos = math.prod(spatial)
-    n_chan_in = k.channels
-    c_pe = pos_emb_channels(n_chan_in) if has_pos_emb else 0
-    if pos_emb_kind == PositionalEmbedding.CONCAT:
-      w_x, w_p = (n_chan_in / (n_chan_in + c_pe),
-                  W_pos_emb_std**2 * c_pe / (n_chan_in + c_pe))
-    else:
-      w_x, w_p = 1., W_pos_emb_std**2
-    r = None
-    if has_pos_emb:
-      r = jnp.asarray(pos_emb_covariance(spatial, pos_emb_p_norm,
-                                         pos_emb_decay_fn), k.nngp.dtype)
-
-    def with_pos(x, use):
-      if x is None or r is None or not use:
-        return x
-      # `r` is `(L, L)`; `x` has leading batch axes `(B..., L, L)`.
-      return w_x * x + w_p * jnp.reshape(r, (1,) * (x.ndim - 2) + r.shape)
-
-    flat = lambda x, n_batch: None if x is None else _flatten_pairs(
-        x, n_batch, n_spatial)
-
-    def keep_of(mask, shape):
-      pm = masking.position_mask(mask, shape, k.batch_axis, k.channel_axis)
-      return None if pm is None else ~pm.reshape(pm.shape[0], n_pos)
-
-    keep1 = keep_of(k.mask1, k.shape1)
-    keep2 = keep1 if k.cov2 is None else keep_of(k.mask2, k.shape2)
-    var1 = flat(k.cov1 if k.diagonal_batch else kernel_lib.batch_diagonal(
-        k.cov1), 1)
-    var2 = var1 if k.cov2 is None else flat(
-        k.cov2 if k.diagonal_batch else kernel_lib.batch_diagonal(k.cov2), 1)
-    kk1, kk2 = with_pos(var1, True), with_pos(var2, True)
-
-    if linear_scaling:
-      sqrt_s = W_query_std * W_key_std
-      g1 = _attention_weights(sqrt_s * kk1, mechanism,
-                              None if keep1 is None else keep1[:, None, :])
-      g2 = g1 if k.cov2 is None else _attention_weights(
-          sqrt_s * kk2, mechanism, None if keep2 is None else keep2[:, None, :])
-      side1, side2 = g1, g2
-    else:
-      side1 = jnp.diagonal(kk1, axis1=-2, axis2=-1)
-      side2 = jnp.diagonal(kk2, axis1=-2, axis2=-1)
-    scale = W_out_std**2 * W_value_std**2
-
-    def pair(kx, tx, side_a, side_b, keep_a, keep_b):
-      """Output (nngp, ntk) between two sets (leading batch axes aligned)."""
-      kv, tv = with_pos(kx, val_pos_emb), with_pos(tx, val_pos_emb)
-      if keep_a is not None or keep_b is not None:
-        # Masked keys carry no value (nor attention weight).
-        ka = 1. if keep_a is None else keep_a[..., :, None]
-        kb = 1. if keep_b is None else keep_b[..., None, :]
-        kv = kv * ka * kb
-        tv = None if tv is None else tv * ka * kb
-      if linear_scaling:
-        nngp, ntk = _linear_scaling_pair(kv, tv, side_a, side_b)
-      else:
-        kk, tk = with_pos(kx, True), with_pos(tx, True)
-        nngp, ntk = _gaussian_logits_pair(
-            kk, kv, tk, tv, side_a, side_b, (W_query_std * W_key_std)**2,
-            mechanism)
-      nngp = scale * nngp
-      if b_std is not None:
-        nngp = nngp + b_std**2
-      if ntk is not None:
-        ntk = nngp + scale * ntk
-      return nngp, ntk
-
-    ex = lambda x, axis: None if x is None else jnp.expand_dims(x, axis)
-    nngp, ntk = pair(flat(k.nngp, 2), flat(k.ntk, 2), ex(side1, 1),
-                     ex(side2, 0), ex(keep1, 1), ex(keep2, 0))
-
-    def self_cov(cov, side, keep):
-      if cov is None:
-        return None
-      if k.diagonal_batch:
-        return pair(flat(cov, 1), None, side, side, keep, keep)[0]
-      return pair(flat(cov, 2), None, ex(side, 1), ex(side, 0), ex(keep, 1),
-                  ex(keep, 0))[0]
-
-    cov1 = self_cov(k.cov1, side1, keep1)
-    cov2 = self_cov(k.cov2, side2, keep2)
-    n_cov_batch = 1 if k.diagonal_batch else 2
-    unflat = lambda x, n_batch: None if x is None else _unflatten_pairs(
-        x, n_batch, spatial)
-    c_axis = k.channel_axis % ndim
-    shape1, shape2 = list(k.shape1), list(k.shape2)
-    shape1[c_axis] = shape2[c_axis] = n_chan_out
-    return k.replace(
-        nngp=unflat(nngp, 2),
-        ntk=unflat(ntk, 2),
-        cov1=unflat(cov1, n_cov_batch),
-        cov2=unflat(cov2, n_cov_batch),
-        is_gaussian=True,
-        is_input=False,
-        shape1=tuple(shape1),
-        shape2=tuple(shape2))
+    return _attention_kernel(spec, k)
 
   def mask_fn(mask, input_shape):
     return masking.mask_all_channels(mask, channel_axis)

@@ -1,4 +1,4 @@
-"""Convolutions: `Conv`, `ConvTranspose`, `ConvLocal`, and the `Padding` enum.
+"""Convolutions: `Conv`, `ConvTranspose` and `ConvLocal`.
 
 A convolution with a filter of `f = prod(filter_shape)` taps over `C` input
 channels, in the NTK parameterization,
@@ -27,12 +27,11 @@ and in the covariances; an output position is masked iff no unmasked input
 position lies in its window, and covariances at masked output positions are
 zeroed (they would otherwise hold the bias).
 
-The helpers `WindowDim`, `window_sum`, `diagonal_window_sum`, `padding_of` and
-`window_output_mask` describe sliding windows and are shared with the pooling
-layers.
+The window sums `window_sum`, `diagonal_window_sum` and the mask of window
+outputs `window_output_mask` are shared with the pooling layers; the geometry
+of the windows (`Padding`, `WindowDim`, `ConvLayout`) is in `windows`.
 """
 import dataclasses
-import enum
 import itertools
 import math
 from typing import Callable, Optional, Sequence, Union
@@ -43,12 +42,22 @@ from jax import random
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.stax.layout import ensure_full_spatial
+from neural_tangents._src.stax.layout import map_covariances
+from neural_tangents._src.stax.layout import permute_spatial
 from neural_tangents._src.stax.requirements import Diagonal
-from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
-from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+# Window geometry (`Padding` stays importable from here).
+from neural_tangents._src.stax.windows import check_input_rank
+from neural_tangents._src.stax.windows import conv_layout
+from neural_tangents._src.stax.windows import ConvLayout
+from neural_tangents._src.stax.windows import letter_windows
+from neural_tangents._src.stax.windows import Padding
+from neural_tangents._src.stax.windows import padding_of
+from neural_tangents._src.stax.windows import window_output_shape
+from neural_tangents._src.stax.windows import WindowDim
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
@@ -58,116 +67,8 @@ from neural_tangents._src.utils.typing import Layer
 Array = jax.Array
 
 
-class Padding(str, enum.Enum):
-  """Padding of a sliding window.
-
-  * `VALID`: no padding; windows lie inside the input.
-  * `SAME`: zero padding, `ceil(size / stride)` outputs per dimension (the
-    padding of `jax.lax.conv_general_dilated(..., padding='SAME')`).
-  * `CIRCULAR`: as `SAME`, but the input wraps around (periodic boundary)
-    instead of being padded with zeros.
-  """
-  VALID = 'VALID'
-  SAME = 'SAME'
-  CIRCULAR = 'CIRCULAR'
-
-
-def padding_of(padding: Union[str, Padding]) -> Padding:
-  """`padding` as a `Padding`, accepting strings in any case.
-
-  Raises:
-    ValueError: `padding` names no `Padding`.
-  """
-  if isinstance(padding, Padding):
-    return padding
-  if isinstance(padding, str):
-    try:
-      return Padding(padding.upper())
-    except ValueError:
-      pass
-  raise ValueError(
-      f'`padding` must be one of "VALID", "SAME", "CIRCULAR" (or a '
-      f'`stax.Padding`); got {padding!r}. Pass e.g. padding="SAME".')
-
-
 # -----------------------------------------------------------------------------
-# Sliding windows along one spatial dimension.
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowDim:
-  """A sliding window along one spatial dimension.
-
-  The input of length `in_size` is first dilated by `dilation` (`dilation - 1`
-  zeros between entries, as a transposed convolution does), then padded by
-  `pads` (zeros, or wrapped around if `wrap`); windows of `size` taps then
-  start every `stride` positions.
-
-  Attributes:
-    in_size: length of the input.
-    size: number of taps of the window.
-    stride: distance between the starts of consecutive windows.
-    pads: `(before, after)` padding.
-    wrap: whether padding wraps around (`CIRCULAR`) rather than adds zeros.
-    dilation: input dilation factor.
-  """
-  in_size: int
-  size: int
-  stride: int = 1
-  pads: tuple[int, int] = (0, 0)
-  wrap: bool = False
-  dilation: int = 1
-
-  @property
-  def dilated_size(self) -> int:
-    # A periodic signal dilated by `d` has period `in_size * d`, so it keeps
-    # the `d - 1` zeros after its last entry.
-    if self.wrap:
-      return self.in_size * self.dilation
-    return (self.in_size - 1) * self.dilation + 1
-
-  @property
-  def out_size(self) -> int:
-    return (self.dilated_size + sum(self.pads) - self.size) // self.stride + 1
-
-
-def same_pads(in_size: int, size: int, stride: int) -> tuple[int, int]:
-  """`(before, after)` padding giving `ceil(in_size / stride)` windows."""
-  out_size = -(-in_size // stride)
-  total = max((out_size - 1) * stride + size - in_size, 0)
-  return total // 2, total - total // 2
-
-
-def conv_window(in_size: int, size: int, stride: int,
-                padding: Padding) -> WindowDim:
-  """The window of a convolution or pooling layer along one dimension."""
-  if padding == Padding.VALID:
-    return WindowDim(in_size, size, stride)
-  return WindowDim(in_size, size, stride, same_pads(in_size, size, stride),
-                   wrap=padding == Padding.CIRCULAR)
-
-
-def conv_transpose_window(in_size: int, size: int, stride: int,
-                          padding: Padding) -> WindowDim:
-  """The window of a transposed convolution along one dimension.
-
-  `jax.lax.conv_transpose(x, W, strides, padding)` (with its default
-  `transpose_kernel=False`) is a stride-1 convolution of the input dilated by
-  `strides`, padded as below; it has `in_size * stride` outputs for `SAME`
-  and `in_size * stride + max(size - stride, 0)` for `VALID`. `CIRCULAR` is
-  `SAME` on the periodic extension of the dilated input.
-  """
-  if padding == Padding.VALID:
-    pads = (size - 1, stride - 1 + max(size - stride, 0))
-  else:
-    before = (size - 1 if stride > size - 1 else
-              math.ceil((size + stride - 2) / 2))
-    pads = (before, size + stride - 2 - before)
-    if padding == Padding.CIRCULAR:
-      # The dilated period already ends with `stride - 1` zeros.
-      pads = (before, pads[1] - (stride - 1))
-  return WindowDim(in_size, size, 1, pads, wrap=padding == Padding.CIRCULAR,
-                   dilation=stride)
+# Sums over sliding windows (their geometry is in `windows`).
 
 
 def prepare_axis(x: Array, axis: int, dim: WindowDim) -> Array:
@@ -284,113 +185,9 @@ def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],
   return row_blocks.map_rows_in_place(window_mean, [x])[0]
 
 
-def permute_spatial(x: Array, n_batch: int, perm: Sequence[int],
-                    diagonal_spatial: bool) -> Array:
-  """Reorders spatial dimensions: new dimension `j` is old `perm[j]`."""
-  if list(perm) == sorted(perm):
-    return x
-  order = list(range(n_batch))
-  for p in perm:
-    order += ([n_batch + p] if diagonal_spatial else
-              [n_batch + 2 * p, n_batch + 2 * p + 1])
-  return jnp.transpose(x, order)
-
-
-# -----------------------------------------------------------------------------
-# Argument checks and layouts.
-
-
-def _default_spatial_chars(n: int) -> str:
-  # 'HW' for images so that the default is ('NHWC', 'HWIO', 'NHWC'); extra
-  # letters avoid 'N', 'C', 'I', 'O', which name batch and channel axes.
-  pool = 'ABEFGJKLMPQRSTUVXYZ' + 'DHW'
-  if n > len(pool):
-    raise ValueError(f'At most {len(pool)} spatial dimensions are supported; '
-                     f'got {n}.')
-  return pool[len(pool) - n:]
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvLayout:
-  """The `(lhs, rhs, out)` dimension numbers of a convolution, as strings.
-
-  `lhs` and `out` name the axes of the inputs and outputs (`N` batch, `C`
-  channels, other letters spatial dimensions); `rhs` those of the filter (`I`
-  input and `O` output channels). `filter_shape` and `strides` are given in
-  the order of the spatial letters of `rhs`, as `jax.lax` does.
-  """
-  lhs: str
-  rhs: str
-  out: str
-
-  @property
-  def filter_spatial(self) -> str:
-    return ''.join(c for c in self.rhs if c not in 'IO')
-
-  @property
-  def lhs_spatial(self) -> str:
-    return ''.join(c for c in self.lhs if c not in 'NC')
-
-  @property
-  def out_spatial(self) -> str:
-    return ''.join(c for c in self.out if c not in 'NC')
-
-  @property
-  def dimension_numbers(self) -> tuple[str, str, str]:
-    return self.lhs, self.rhs, self.out
-
-  @staticmethod
-  def axis(spec: str, letter: str) -> int:
-    """Axis of `letter` in `spec`; a last axis is -1, as in `Dense`."""
-    index = spec.index(letter)
-    return -1 if index == len(spec) - 1 else index
-
-
-def conv_layout(dimension_numbers, n_spatial: int,
-                layer_name: str) -> ConvLayout:
-  """Validates `dimension_numbers` (`None` for the channels-last default)."""
-  if dimension_numbers is None:
-    spatial = _default_spatial_chars(n_spatial)
-    return ConvLayout('N' + spatial + 'C', spatial + 'IO', 'N' + spatial + 'C')
-  fix = ("Pass three strings such as ('NHWC', 'HWIO', 'NHWC') or "
-         "('NCHW', 'OIHW', 'NCHW'), with one spatial letter per entry of "
-         '`filter_shape`.')
-  if (not isinstance(dimension_numbers, (tuple, list)) or
-      len(dimension_numbers) != 3 or
-      not all(isinstance(s, str) for s in dimension_numbers)):
-    raise ValueError(f'`dimension_numbers` of `{layer_name}` must be a tuple '
-                     f'of 3 strings; got {dimension_numbers!r}. {fix}')
-  lhs, rhs, out = dimension_numbers
-  layout = ConvLayout(lhs, rhs, out)
-  spatial = set(layout.filter_spatial)
-  ok = all(len(s) == n_spatial + 2 and len(set(s)) == len(s)
-           for s in (lhs, rhs, out))
-  ok = ok and all(c in lhs and c in out for c in 'NC')
-  ok = ok and all(c in rhs for c in 'IO')
-  ok = ok and set(layout.lhs_spatial) == spatial == set(layout.out_spatial)
-  if not ok:
-    raise ValueError(
-        f'`dimension_numbers` of `{layer_name}` is {dimension_numbers!r}, '
-        f'which is not a valid layout for {n_spatial} spatial dimensions: '
-        'each string needs the same spatial letters once, `N` and `C` in the '
-        f'input and output specs and `I` and `O` in the filter spec. {fix}')
-  return layout
-
-
-def _check_input_rank(shape: Sequence[int], layout: ConvLayout,
-                      layer_name: str) -> None:
-  if len(shape) != len(layout.lhs):
-    raise ValueError(
-        f'`{layer_name}` with dimension numbers {layout.dimension_numbers} '
-        f'expects inputs of rank {len(layout.lhs)} ({layout.lhs}); got shape '
-        f'{tuple(shape)}. Pass inputs with one axis per letter of '
-        f'{layout.lhs!r}, or a `filter_shape` with one entry per spatial '
-        'dimension of the inputs.')
-
-
 def _check_kernel_layout(k: Kernel, layout: ConvLayout,
                          layer_name: str) -> None:
-  _check_input_rank(k.shape1, layout, layer_name)
+  check_input_rank(k.shape1, layout, layer_name)
   ndim = len(k.shape1)
   if (k.batch_axis % ndim != layout.lhs.index('N') or
       k.channel_axis % ndim != layout.lhs.index('C')):
@@ -400,37 +197,6 @@ def _check_kernel_layout(k: Kernel, layout: ConvLayout,
         f'input kernel has batch axis {k.batch_axis} and channel axis '
         f'{k.channel_axis}. Pass `dimension_numbers` whose input spec matches '
         "the previous layer's output layout.")
-
-
-def _windows(input_shape: Sequence[int], layout: ConvLayout,
-             filter_shape: Sequence[int], strides: Sequence[int],
-             padding: Padding, layer_name: str,
-             transpose: bool = False) -> dict[str, WindowDim]:
-  """The window of every spatial letter, for inputs of `input_shape`."""
-  _check_input_rank(input_shape, layout, layer_name)
-  windows = {}
-  for c, size, stride in zip(layout.filter_spatial, filter_shape, strides):
-    in_size = input_shape[layout.lhs.index(c)]
-    if transpose:
-      windows[c] = conv_transpose_window(in_size, size, stride, padding)
-      continue
-    if padding == Padding.VALID and size > in_size:
-      raise ValueError(
-          f'`filter_shape`={tuple(filter_shape)} of `{layer_name}` is larger '
-          f'than its input along spatial dimension {c!r} ({size} > {in_size}, '
-          f'inputs of shape {tuple(input_shape)}), so padding="VALID" leaves '
-          'no output positions. Use a filter no larger than the input, or '
-          'padding="SAME" or "CIRCULAR".')
-    windows[c] = conv_window(in_size, size, stride, padding)
-  return windows
-
-
-def _output_shape(input_shape: Sequence[int], layout: ConvLayout,
-                  windows: dict[str, WindowDim],
-                  out_chan: int) -> tuple[int, ...]:
-  batch = input_shape[layout.lhs.index('N')]
-  return tuple(batch if c == 'N' else out_chan if c == 'C' else
-               windows[c].out_size for c in layout.out)
 
 
 def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
@@ -510,6 +276,7 @@ class _ConvSpec:
   layout: ConvLayout
   parameterization: str
   s: tuple[int, int]
+  transpose: bool = False
 
   @property
   def n_taps(self) -> int:
@@ -544,13 +311,24 @@ class _ConvSpec:
       return 1.
     return self.W_std / math.sqrt(in_chan * self.n_taps / self.s[0])
 
+  def windows(self, input_shape: Sequence[int]) -> dict[str, WindowDim]:
+    """The window of every spatial letter, for inputs of `input_shape`."""
+    return letter_windows(input_shape, self.layout, self.filter_shape,
+                          self.strides, self.padding, self.name,
+                          self.transpose)
+
+  def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
+    return window_output_shape(input_shape, self.layout,
+                               self.windows(input_shape), self.width)
+
 
 def _is_empty_sequence(value) -> bool:
   return isinstance(value, (tuple, list)) and not value
 
 
 def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
-               dimension_numbers, parameterization, s) -> _ConvSpec:
+               dimension_numbers, parameterization, s,
+               transpose: bool) -> _ConvSpec:
   out_chan = _check_out_chan(out_chan, name)
   if _is_empty_sequence(filter_shape):
     # No spatial dimensions: a `Dense` layer on `(N, C)` inputs.
@@ -563,8 +341,9 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
   else:
     filter_shape = arguments.positive_ints(filter_shape, 'filter_shape', name)
     strides = ((1,) * len(filter_shape) if strides is None else
-               arguments.positive_ints(strides, 'strides', name, len(filter_shape),
-                                   'spatial dimension of the filter/window'))
+               arguments.positive_ints(strides, 'strides', name,
+                                       len(filter_shape),
+                                       'spatial dimension of the filter/window'))
   return _ConvSpec(
       name=name,
       out_chan=out_chan,
@@ -575,7 +354,8 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
       b_std=b_std,
       layout=conv_layout(dimension_numbers, len(filter_shape), name),
       parameterization=_parameterization(parameterization, name),
-      s=_check_s(s, name))
+      s=_check_s(s, name),
+      transpose=transpose)
 
 
 def _init_bias(rng: Array, spec: _ConvSpec,
@@ -595,12 +375,11 @@ def _add_bias(out: Array, b: Optional[Array], spec: _ConvSpec) -> Array:
   return out + (spec.b_std * b if spec.parameterization == 'ntk' else b)
 
 
-def _kernel_windows(k: Kernel, spec: _ConvSpec, transpose: bool = False
+def _kernel_windows(k: Kernel, spec: _ConvSpec
                     ) -> tuple[list[WindowDim], dict[str, WindowDim]]:
   """Windows in the kernel's spatial order (that of the input spec)."""
   _check_kernel_layout(k, spec.layout, spec.name)
-  windows = _windows(k.shape1, spec.layout, spec.filter_shape, spec.strides,
-                     spec.padding, spec.name, transpose)
+  windows = spec.windows(k.shape1)
   return [windows[c] for c in spec.layout.lhs_spatial], windows
 
 
@@ -615,8 +394,8 @@ def _to_output_layout(k: Kernel, spec: _ConvSpec,
   return k.replace(
       is_gaussian=True,
       is_input=False,
-      shape1=_output_shape(k.shape1, layout, windows, width),
-      shape2=_output_shape(k.shape2, layout, windows, width),
+      shape1=window_output_shape(k.shape1, layout, windows, width),
+      shape2=window_output_shape(k.shape2, layout, windows, width),
       batch_axis=layout.axis(layout.out, 'N'),
       channel_axis=layout.axis(layout.out, 'C'))
 
@@ -675,21 +454,166 @@ def window_output_mask(mask: Array, input_shape: Sequence[int],
 
 
 # -----------------------------------------------------------------------------
-# The layers.
+# The layers: one constructor, three ways to build the functions.
 
 
-@layer
-@supports_masking(remask_kernel=True)
-def Conv(out_chan: int,
-         filter_shape: Sequence[int],
-         strides: Optional[Sequence[int]] = None,
-         padding: Union[str, Padding] = Padding.VALID.value,
-         W_std: float = 1.,
-         b_std: Optional[float] = None,
-         dimension_numbers: Optional[tuple[str, str, str]] = None,
-         parameterization: str = 'ntk',
-         s: tuple[int, int] = (1, 1)) -> Layer:
-  """Convolution over any number of spatial dimensions.
+def _promote(inputs: Array, W: Array) -> tuple[Array, Array]:
+  """Casts to a common dtype: `jax.lax` convolutions need equal dtypes, and
+  `Dense`'s matmul promotes."""
+  dtype = jnp.result_type(inputs, W)
+  return inputs.astype(dtype), W.astype(dtype)
+
+
+def _wrap_inputs(inputs: Array, layout: ConvLayout,
+                 windows: dict[str, WindowDim]) -> Array:
+  """Applies circular padding (and dilation) to the input's spatial axes."""
+  for c, w in windows.items():
+    if w.wrap:
+      inputs = prepare_axis(inputs, layout.lhs.index(c), w)
+  return inputs
+
+
+def _conv_requirements(spec: _ConvSpec) -> Callable[[Callable], Callable]:
+  """`@requires` of every convolution's kernel op: local in batch and space."""
+  layout = spec.layout
+  return requires(batch_axis=layout.axis(layout.lhs, 'N'),
+                  channel_axis=layout.axis(layout.lhs, 'C'),
+                  diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+
+
+def _init_fn(spec: _ConvSpec, untied: bool) -> Callable:
+  """`init_fn` of a convolution; `untied`: one filter and bias per output
+  position (`ConvLocal`)."""
+
+  def init_fn(rng, input_shape):
+    windows = spec.windows(input_shape)
+    output_shape = window_output_shape(input_shape, spec.layout, windows,
+                                       spec.width)
+    in_chan = spec.in_chan(input_shape)
+    shape = spec.filter_param_shape(in_chan)
+    if untied:
+      shape = tuple(windows[c].out_size
+                    for c in spec.layout.filter_spatial) + shape
+    k1, k2 = random.split(rng)
+    W = spec.init_scale(in_chan) * random.normal(k1, shape)
+    return output_shape, (W, _init_bias(k2, spec, output_shape, untied))
+
+  return init_fn
+
+
+def _mask_fn(spec: _ConvSpec) -> Callable:
+  """`mask_fn` of a convolution: masked iff its window is (see module)."""
+
+  def mask_fn(mask, input_shape):
+    return window_output_mask(mask, input_shape, spec.layout.lhs,
+                              spec.windows(input_shape), spec.layout.out)
+
+  return mask_fn
+
+
+def _shared_filter_layer(spec: _ConvSpec):
+  """The functions of `Conv` and `ConvTranspose`: one filter for all
+  positions."""
+  layout = spec.layout
+
+  def apply_fn(params, inputs, **kwargs):
+    inputs, W = _promote(inputs, params[0])
+    windows = spec.windows(inputs.shape)
+    if spec.transpose and spec.padding != Padding.CIRCULAR:
+      out = lax.conv_transpose(inputs, W, spec.strides, spec.padding.value,
+                               dimension_numbers=layout.dimension_numbers)
+    else:
+      # A transposed `CIRCULAR` convolution is a stride-1 one of the wrapped
+      # dilated input; other circular paddings are applied to the inputs too.
+      strides = (1,) * len(spec.filter_shape) if spec.transpose else (
+          spec.strides)
+      pads = [(0, 0) if w.wrap else w.pads
+              for w in (windows[c] for c in layout.filter_spatial)]
+      out = lax.conv_general_dilated(_wrap_inputs(inputs, layout, windows), W,
+                                     strides, pads,
+                                     dimension_numbers=layout.dimension_numbers)
+    return _add_bias(spec.scale(spec.in_chan(inputs.shape)) * out, params[1],
+                     spec)
+
+  @_conv_requirements(spec)
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    dims, windows = _kernel_windows(k, spec)
+    spatial_map = lambda x, n: conv_covariance(x, n, dims, k.diagonal_spatial)
+    k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
+                            spec.parameterization, spec.s, spec.n_taps)
+    return _to_output_layout(k, spec, windows)
+
+  return _init_fn(spec, False), apply_fn, kernel_fn, _mask_fn(spec)
+
+
+def _local_layer(spec: _ConvSpec):
+  """The functions of `ConvLocal`: one filter per output position."""
+  layout = spec.layout
+  n_spatial = len(spec.filter_shape)
+
+  def apply_fn(params, inputs, **kwargs):
+    W, b = params
+    windows = spec.windows(inputs.shape)
+    patches = _patches(inputs, layout, windows)  # (N, *out, taps, C)
+    # Filter to (*out, taps, I, O), taps in the order of `_patches`.
+    filter_axes = [layout.rhs.index(c) for c in layout.filter_spatial]
+    W = jnp.moveaxis(W, [n_spatial + a for a in filter_axes] +
+                     [n_spatial + layout.rhs.index('I'),
+                      n_spatial + layout.rhs.index('O')],
+                     list(range(n_spatial, 2 * n_spatial + 2)))
+    W = W.reshape(W.shape[:n_spatial] + (-1,) + W.shape[-2:])
+    out = jnp.einsum('n...pc,...pco->n...o', patches, W)
+    # (N, *out in filter order, O) -> the output spec's layout.
+    canonical = 'N' + layout.filter_spatial + 'C'
+    out = jnp.transpose(out, [canonical.index(c) for c in layout.out])
+    return _add_bias(spec.scale(spec.in_chan(inputs.shape)) * out, b, spec)
+
+  @_conv_requirements(spec)
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    # Untied weights make every off-diagonal entry zero; compute on the
+    # diagonal whatever the input's representation, and embed back if the
+    # rest of the network asked for full covariances. (Declaring
+    # `output=Bool.YES` instead would let a nonlinearity or a bias between
+    # this layer and a pooling layer fill those zeros wrongly.)
+    dims, windows = _kernel_windows(k, spec)
+    full = not k.diagonal_spatial
+    if full:
+      k = map_covariances(k, kernel_lib.spatial_diagonal).replace(
+          diagonal_spatial=True)
+    spatial_map = lambda x, n: conv_covariance(x, n, dims, True)
+    k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
+                            spec.parameterization, spec.s, spec.n_taps)
+    k = _to_output_layout(k, spec, windows)
+    return ensure_full_spatial(k) if full else k
+
+  return _init_fn(spec, True), apply_fn, kernel_fn, _mask_fn(spec)
+
+
+def _conv_constructor(name: str, doc: str,
+                      build: Callable[[_ConvSpec], tuple[Callable, ...]]
+                      ) -> Callable[..., Layer]:
+  """The public constructor `name` of a convolution: validates its arguments
+  into a `_ConvSpec` and builds the layer's functions with `build`."""
+
+  def constructor(out_chan: int,
+                  filter_shape: Sequence[int],
+                  strides: Optional[Sequence[int]] = None,
+                  padding: Union[str, Padding] = Padding.VALID.value,
+                  W_std: float = 1.,
+                  b_std: Optional[float] = None,
+                  dimension_numbers: Optional[tuple[str, str, str]] = None,
+                  parameterization: str = 'ntk',
+                  s: tuple[int, int] = (1, 1)) -> Layer:
+    return build(_conv_spec(name, out_chan, filter_shape, strides, padding,
+                            W_std, b_std, dimension_numbers, parameterization,
+                            s, transpose=name == 'ConvTranspose'))
+
+  constructor.__name__ = constructor.__qualname__ = name
+  constructor.__doc__ = doc
+  return layer(supports_masking(remask_kernel=True)(constructor))
+
+
+_CONV_DOC = """Convolution over any number of spatial dimensions.
 
   NTK parameterization: `y = W_std / sqrt(fan_in) * conv(x, W) + b_std * b`,
   `fan_in = prod(filter_shape) * in_chan`, with `W ~ N(0, 1)` laid out as the
@@ -725,79 +649,9 @@ def Conv(out_chan: int,
     >>> kernel_fn(jnp.ones((2, 8, 8, 3)), None, 'nngp').shape
     (2, 2, 8, 8, 8, 8)
   """
-  spec = _conv_spec('Conv', out_chan, filter_shape, strides, padding, W_std,
-                    b_std, dimension_numbers, parameterization, s)
-  layout = spec.layout
-
-  def init_fn(rng, input_shape):
-    windows = _windows(input_shape, layout, spec.filter_shape, spec.strides,
-                       spec.padding, spec.name)
-    output_shape = _output_shape(input_shape, layout, windows, spec.width)
-    in_chan = spec.in_chan(input_shape)
-    k1, k2 = random.split(rng)
-    W = spec.init_scale(in_chan) * random.normal(
-        k1, spec.filter_param_shape(in_chan))
-    return output_shape, (W, _init_bias(k2, spec, output_shape, False))
-
-  def apply_fn(params, inputs, **kwargs):
-    inputs, W = _promote(inputs, params[0])
-    b = params[1]
-    windows = _windows(inputs.shape, layout, spec.filter_shape, spec.strides,
-                       spec.padding, spec.name)
-    inputs = _wrap_inputs(inputs, layout, windows)
-    pads = [(0, 0) if w.wrap else w.pads
-            for w in (windows[c] for c in layout.filter_spatial)]
-    out = lax.conv_general_dilated(inputs, W, spec.strides, pads,
-                                   dimension_numbers=layout.dimension_numbers)
-    return _add_bias(spec.scale(spec.in_chan(inputs.shape)) * out, b, spec)
-
-  @requires(batch_axis=layout.axis(layout.lhs, 'N'),
-            channel_axis=layout.axis(layout.lhs, 'C'),
-            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    dims, windows = _kernel_windows(k, spec)
-    spatial_map = lambda x, n: conv_covariance(x, n, dims, k.diagonal_spatial)
-    k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
-                            spec.parameterization, spec.s, spec.n_taps)
-    return _to_output_layout(k, spec, windows)
-
-  def mask_fn(mask, input_shape):
-    windows = _windows(input_shape, layout, spec.filter_shape, spec.strides,
-                       spec.padding, spec.name)
-    return window_output_mask(mask, input_shape, layout.lhs, windows,
-                              layout.out)
-
-  return init_fn, apply_fn, kernel_fn, mask_fn
 
 
-def _promote(inputs: Array, W: Array) -> tuple[Array, Array]:
-  """Casts to a common dtype: `jax.lax` convolutions need equal dtypes, and
-  `Dense`'s matmul promotes."""
-  dtype = jnp.result_type(inputs, W)
-  return inputs.astype(dtype), W.astype(dtype)
-
-
-def _wrap_inputs(inputs: Array, layout: ConvLayout,
-                 windows: dict[str, WindowDim]) -> Array:
-  """Applies circular padding (and dilation) to the input's spatial axes."""
-  for c, w in windows.items():
-    if w.wrap:
-      inputs = prepare_axis(inputs, layout.lhs.index(c), w)
-  return inputs
-
-
-@layer
-@supports_masking(remask_kernel=True)
-def ConvTranspose(out_chan: int,
-                  filter_shape: Sequence[int],
-                  strides: Optional[Sequence[int]] = None,
-                  padding: Union[str, Padding] = Padding.VALID.value,
-                  W_std: float = 1.,
-                  b_std: Optional[float] = None,
-                  dimension_numbers: Optional[tuple[str, str, str]] = None,
-                  parameterization: str = 'ntk',
-                  s: tuple[int, int] = (1, 1)) -> Layer:
-  """Transposed convolution, as `jax.lax.conv_transpose`.
+_CONVTRANSPOSE_DOC = """Transposed convolution, as `jax.lax.conv_transpose`.
 
   `y = W_std / sqrt(fan_in) * conv_transpose(x, W, strides, padding) +
   b_std * b` with `fan_in = prod(filter_shape) * in_chan` and params `(W, b)`
@@ -825,65 +679,9 @@ def ConvTranspose(out_chan: int,
     >>> init_fn(random.PRNGKey(0), (-1, 4, 4, 3))[0]
     (-1, 8, 8, 8)
   """
-  spec = _conv_spec('ConvTranspose', out_chan, filter_shape, strides, padding,
-                    W_std, b_std, dimension_numbers, parameterization, s)
-  layout = spec.layout
-
-  def windows_of(shape):
-    return _windows(shape, layout, spec.filter_shape, spec.strides,
-                    spec.padding, spec.name, transpose=True)
-
-  def init_fn(rng, input_shape):
-    output_shape = _output_shape(input_shape, layout, windows_of(input_shape),
-                                 spec.width)
-    in_chan = spec.in_chan(input_shape)
-    k1, k2 = random.split(rng)
-    W = spec.init_scale(in_chan) * random.normal(
-        k1, spec.filter_param_shape(in_chan))
-    return output_shape, (W, _init_bias(k2, spec, output_shape, False))
-
-  def apply_fn(params, inputs, **kwargs):
-    inputs, W = _promote(inputs, params[0])
-    b = params[1]
-    windows = windows_of(inputs.shape)
-    if spec.padding == Padding.CIRCULAR:
-      out = lax.conv_general_dilated(_wrap_inputs(inputs, layout, windows), W,
-                                     (1,) * len(spec.filter_shape), 'VALID',
-                                     dimension_numbers=layout.dimension_numbers)
-    else:
-      out = lax.conv_transpose(inputs, W, spec.strides, spec.padding.value,
-                               dimension_numbers=layout.dimension_numbers)
-    return _add_bias(spec.scale(spec.in_chan(inputs.shape)) * out, b, spec)
-
-  @requires(batch_axis=layout.axis(layout.lhs, 'N'),
-            channel_axis=layout.axis(layout.lhs, 'C'),
-            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    dims, windows = _kernel_windows(k, spec, transpose=True)
-    spatial_map = lambda x, n: conv_covariance(x, n, dims, k.diagonal_spatial)
-    k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
-                            spec.parameterization, spec.s, spec.n_taps)
-    return _to_output_layout(k, spec, windows)
-
-  def mask_fn(mask, input_shape):
-    return window_output_mask(mask, input_shape, layout.lhs,
-                              windows_of(input_shape), layout.out)
-
-  return init_fn, apply_fn, kernel_fn, mask_fn
 
 
-@layer
-@supports_masking(remask_kernel=True)
-def ConvLocal(out_chan: int,
-              filter_shape: Sequence[int],
-              strides: Optional[Sequence[int]] = None,
-              padding: Union[str, Padding] = Padding.VALID.value,
-              W_std: float = 1.,
-              b_std: Optional[float] = None,
-              dimension_numbers: Optional[tuple[str, str, str]] = None,
-              parameterization: str = 'ntk',
-              s: tuple[int, int] = (1, 1)) -> Layer:
-  """Locally connected layer: a convolution with a different filter per output.
+_CONVLOCAL_DOC = """Locally connected layer: a convolution with a different filter per output.
 
   `y[h] = W_std / sqrt(fan_in) * sum_{i, c} W[h, i, c] x[h s + i, c] +
   b_std * b[h]` with `fan_in = prod(filter_shape) * in_chan`. Params
@@ -912,67 +710,12 @@ def ConvLocal(out_chan: int,
     >>> W.shape, b.shape
     ((3, 3, 3, 3, 2, 8), (1, 3, 3, 8))
   """
-  spec = _conv_spec('ConvLocal', out_chan, filter_shape, strides, padding,
-                    W_std, b_std, dimension_numbers, parameterization, s)
-  layout = spec.layout
-  n_spatial = len(spec.filter_shape)
 
-  def windows_of(shape):
-    return _windows(shape, layout, spec.filter_shape, spec.strides,
-                    spec.padding, spec.name)
 
-  def init_fn(rng, input_shape):
-    windows = windows_of(input_shape)
-    output_shape = _output_shape(input_shape, layout, windows, spec.width)
-    in_chan = spec.in_chan(input_shape)
-    out_spatial = tuple(windows[c].out_size for c in layout.filter_spatial)
-    k1, k2 = random.split(rng)
-    W = spec.init_scale(in_chan) * random.normal(
-        k1, out_spatial + spec.filter_param_shape(in_chan))
-    return output_shape, (W, _init_bias(k2, spec, output_shape, True))
-
-  def apply_fn(params, inputs, **kwargs):
-    W, b = params
-    windows = windows_of(inputs.shape)
-    patches = _patches(inputs, layout, windows)  # (N, *out, taps, C)
-    # Filter to (*out, taps, I, O), taps in the order of `_patches`.
-    filter_axes = [layout.rhs.index(c) for c in layout.filter_spatial]
-    W = jnp.moveaxis(W, [n_spatial + a for a in filter_axes] +
-                     [n_spatial + layout.rhs.index('I'),
-                      n_spatial + layout.rhs.index('O')],
-                     list(range(n_spatial, 2 * n_spatial + 2)))
-    W = W.reshape(W.shape[:n_spatial] + (-1,) + W.shape[-2:])
-    out = jnp.einsum('n...pc,...pco->n...o', patches, W)
-    # (N, *out in filter order, O) -> the output spec's layout.
-    canonical = 'N' + layout.filter_spatial + 'C'
-    out = jnp.transpose(out, [canonical.index(c) for c in layout.out])
-    return _add_bias(spec.scale(spec.in_chan(inputs.shape)) * out, b, spec)
-
-  @requires(batch_axis=layout.axis(layout.lhs, 'N'),
-            channel_axis=layout.axis(layout.lhs, 'C'),
-            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    # Untied weights make every off-diagonal entry zero; compute on the
-    # diagonal whatever the input's representation, and embed back if the
-    # rest of the network asked for full covariances. (Declaring
-    # `output=Bool.YES` instead would let a nonlinearity or a bias between
-    # this layer and a pooling layer fill those zeros wrongly.)
-    dims, windows = _kernel_windows(k, spec)
-    full = not k.diagonal_spatial
-    if full:
-      k = map_covariances(k, kernel_lib.spatial_diagonal).replace(
-          diagonal_spatial=True)
-    spatial_map = lambda x, n: conv_covariance(x, n, dims, True)
-    k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
-                            spec.parameterization, spec.s, spec.n_taps)
-    k = _to_output_layout(k, spec, windows)
-    return ensure_full_spatial(k) if full else k
-
-  def mask_fn(mask, input_shape):
-    return window_output_mask(mask, input_shape, layout.lhs,
-                              windows_of(input_shape), layout.out)
-
-  return init_fn, apply_fn, kernel_fn, mask_fn
+Conv = _conv_constructor('Conv', _CONV_DOC, _shared_filter_layer)
+ConvTranspose = _conv_constructor('ConvTranspose', _CONVTRANSPOSE_DOC,
+                                  _shared_filter_layer)
+ConvLocal = _conv_constructor('ConvLocal', _CONVLOCAL_DOC, _local_layer)
 
 
 def _patches(inputs: Array, layout: ConvLayout,

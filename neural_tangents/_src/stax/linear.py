@@ -11,12 +11,14 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
+from neural_tangents._src.stax.layout import check_layout
+from neural_tangents._src.stax.layout import reduce_spatial
 from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
@@ -33,7 +35,7 @@ from neural_tangents._src.stax.attention import PositionalEmbedding
 from neural_tangents._src.stax.convolution import Conv
 from neural_tangents._src.stax.convolution import ConvLocal
 from neural_tangents._src.stax.convolution import ConvTranspose
-from neural_tangents._src.stax.convolution import Padding
+from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.dropout import Dropout
 from neural_tangents._src.stax.normalization import LayerNorm
 from neural_tangents._src.stax.pooling import AvgPool
@@ -51,15 +53,6 @@ class Parameterization(str, enum.Enum):
   """How weights are scaled: `NTK` (`W_std / sqrt(fan_in) * W`) or `STANDARD`."""
   NTK = 'ntk'
   STANDARD = 'standard'
-
-
-def _parameterization(parameterization: str) -> Parameterization:
-  try:
-    return Parameterization(str(parameterization).lower())
-  except ValueError:
-    raise ValueError(
-        f'`parameterization` must be "ntk" or "standard"; got '
-        f'{parameterization!r}.') from None
 
 
 def _affine(x: Optional[jax.Array], W_std: float,
@@ -132,7 +125,8 @@ def Dense(out_dim: int,
   if out_dim <= 0:
     raise ValueError(f'`out_dim` must be a positive int; got {out_dim}. Pass '
                      'the number of output channels, e.g. `Dense(512)`.')
-  param = _parameterization(parameterization)
+  param = arguments.parse_enum(parameterization, Parameterization,
+                               'parameterization')
   if (not isinstance(s, (tuple, list)) or len(s) != 2 or
       any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in s)):
     raise ValueError(f'`s` must be a pair of positive ints; got {s!r}. Pass '
@@ -276,8 +270,6 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   @requires(batch_axis=batch_axis, diagonal_batch=Diagonal(),
             diagonal_spatial=Diagonal(input=Bool.YES))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    n_cov_batch = 1 if k.diagonal_batch else 2
-
     def position_mean(x, n_batch):
       if x is None:
         return None
@@ -285,18 +277,8 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
         x = kernel_lib.spatial_diagonal(x, n_batch)
       return jnp.mean(x, axis=tuple(range(n_batch, x.ndim)))
 
-    return k.replace(
-        nngp=position_mean(k.nngp, 2),
-        ntk=position_mean(k.ntk, 2),
-        cov1=position_mean(k.cov1, n_cov_batch),
-        cov2=position_mean(k.cov2, n_cov_batch),
-        is_gaussian=k.is_gaussian,
-        is_input=False,
-        diagonal_spatial=False,
-        shape1=output_shape(k.shape1),
-        shape2=output_shape(k.shape2),
-        batch_axis=batch_axis_out,
-        channel_axis=channel_axis_out)
+    return reduce_spatial(k, position_mean, output_shape, batch_axis_out,
+                          channel_axis_out)
 
   def mask_fn(mask, input_shape):
     # Masked entries are zeros among the flattened features; none is masked.

@@ -10,10 +10,12 @@ from jax import lax
 import jax.numpy as jnp
 
 from neural_tangents._src.stax import masking
+from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
@@ -38,11 +40,7 @@ def _check_axes(axis: Union[int, Sequence[int]]) -> tuple[int, ...]:
 
 def _normalize_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
   """Axes in `[0, ndim)`, or a `ValueError` naming `axis`."""
-  for a in axes:
-    if not -ndim <= a < ndim:
-      raise ValueError(f'`axis`={axes} is out of range for activations of '
-                       f'rank {ndim}. Pass axes in [{-ndim}, {ndim}).')
-  out = tuple(sorted({a % ndim for a in axes}))
+  out = arguments.canonicalize_axes(axes, ndim, 'axis')
   if len(out) != len(axes):
     raise ValueError(f'`axis`={axes} repeats an axis. Pass each axis once.')
   return out
@@ -156,12 +154,7 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     ndim = len(k.shape1)
     b, c = k.batch_axis % ndim, k.channel_axis % ndim
-    if (batch_axis % ndim, channel_axis % ndim) != (b, c):
-      raise ValueError(
-          f'`LayerNorm(batch_axis={batch_axis}, channel_axis={channel_axis})` '
-          f'does not match the layout of its inputs (batch_axis='
-          f'{k.batch_axis}, channel_axis={k.channel_axis}). Pass the axes of '
-          'the first layer to this one.')
+    check_layout(k, batch_axis, channel_axis, 'LayerNorm')
     norm_axes = _normalize_axes(axes, ndim)
     if b in norm_axes or c not in norm_axes:
       raise ValueError(

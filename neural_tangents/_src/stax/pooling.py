@@ -20,7 +20,7 @@ on the example; an output position is masked iff its whole window is. Global
 pooling averages over the unmasked positions and returns unmasked outputs.
 """
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 from jax import lax
@@ -28,86 +28,30 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax import masking
-from neural_tangents._src.stax.convolution import Padding
-from neural_tangents._src.stax.convolution import WindowDim
-from neural_tangents._src.stax.convolution import conv_window
-from neural_tangents._src.stax.convolution import padding_of
 from neural_tangents._src.stax.convolution import prepare_axis
 from neural_tangents._src.stax.convolution import window_output_mask
 from neural_tangents._src.stax.convolution import window_sum
+from neural_tangents._src.stax.layout import check_layout
+from neural_tangents._src.stax.layout import ensure_full_spatial
+from neural_tangents._src.stax.layout import from_standard
+from neural_tangents._src.stax.layout import map_covariances
+from neural_tangents._src.stax.layout import reduce_spatial
+from neural_tangents._src.stax.layout import spatial_axes
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
-from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
-from neural_tangents._src.stax.requirements import map_covariances
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.stax.windows import axis_windows
+from neural_tangents._src.stax.windows import Padding
+from neural_tangents._src.stax.windows import padding_of
+from neural_tangents._src.stax.windows import WindowDim
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
-
-
-def _axis(axis: int, ndim: int, name: str, layer_name: str) -> int:
-  if not isinstance(axis, int) or not -ndim <= axis < ndim:
-    raise ValueError(f'`{name}`={axis!r} of `{layer_name}` is out of range for '
-                     f'inputs of rank {ndim}. Pass an axis in [{-ndim}, '
-                     f'{ndim}).')
-  return axis % ndim
-
-
-def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int,
-                  layer_name: str) -> list[int]:
-  b = _axis(batch_axis, ndim, 'batch_axis', layer_name)
-  c = _axis(channel_axis, ndim, 'channel_axis', layer_name)
-  if b == c:
-    raise ValueError(f'`batch_axis` and `channel_axis` of `{layer_name}` must '
-                     f'differ; both are axis {b}. Pass distinct axes.')
-  return [i for i in range(ndim) if i not in (b, c)]
-
-
-def _check_kernel_axes(k: Kernel, batch_axis: int, channel_axis: int,
-                       layer_name: str) -> None:
-  ndim = len(k.shape1)
-  _spatial_axes(ndim, batch_axis, channel_axis, layer_name)
-  if (batch_axis % ndim != k.batch_axis % ndim or
-      channel_axis % ndim != k.channel_axis % ndim):
-    raise ValueError(
-        f'`{layer_name}(batch_axis={batch_axis}, channel_axis={channel_axis})` '
-        f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
-        f'channel_axis={k.channel_axis}). Pass the axes of the previous '
-        'layer\'s outputs.')
-
-
-def _pool_windows(shape: Sequence[int], spatial_axes: Sequence[int],
-                  window_shape: Sequence[int], strides: Sequence[int],
-                  padding: Padding, layer_name: str) -> list[WindowDim]:
-  if len(spatial_axes) != len(window_shape):
-    raise ValueError(
-        f'`window_shape`={tuple(window_shape)} of `{layer_name}` has '
-        f'{len(window_shape)} entries, but its inputs of shape {tuple(shape)} '
-        f'have {len(spatial_axes)} spatial dimensions. Pass one window size '
-        'per spatial dimension.')
-  dims = []
-  for axis, size, stride in zip(spatial_axes, window_shape, strides):
-    if padding == Padding.VALID and size > shape[axis]:
-      raise ValueError(
-          f'`window_shape`={tuple(window_shape)} of `{layer_name}` is larger '
-          f'than its input along axis {axis} ({size} > {shape[axis]}, inputs '
-          f'of shape {tuple(shape)}), so padding="VALID" leaves no output '
-          'positions. Use a smaller window, or padding="SAME" or "CIRCULAR".')
-    dims.append(conv_window(shape[axis], size, stride, padding))
-  return dims
-
-
-def _from_standard(x: Array, batch_axis: int, channel_axis: int) -> Array:
-  """`(N, S_1, ..., S_d, C)` -> the activation layout of the axes given."""
-  ndim = x.ndim
-  b, c = batch_axis % ndim, channel_axis % ndim
-  order = [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
-  return jnp.transpose(x, [order.index(i) for i in range(ndim)])
 
 
 def _unmasked_positions(mask: Optional[Array], shape: Sequence[int],
@@ -151,6 +95,22 @@ def _average_weights(unmasked: Array, dims: Sequence[WindowDim],
   return jnp.where(positive, 1 / count, jnp.zeros((), dtype))
 
 
+def _pool_kernel_op(batch_axis: int, channel_axis: int, layer_name: str,
+                    pool_kernel: Callable[[Kernel], Kernel]) -> Callable:
+  """The kernel op of a pooling layer: `pool_kernel` of the input kernel
+  with full spatial covariances, after checking its layout."""
+
+  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
+            diagonal_batch=Diagonal(),
+            diagonal_spatial=Diagonal(input=Bool.NO))
+  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    check_layout(k, batch_axis, channel_axis, layer_name,
+                 "Pass the axes of the previous layer's outputs.")
+    return pool_kernel(ensure_full_spatial(k))
+
+  return kernel_fn
+
+
 def _pool(layer_name: str, window_shape, strides, padding,
           normalize_edges: bool, batch_axis: int, channel_axis: int,
           average: bool) -> Layer:
@@ -164,8 +124,8 @@ def _pool(layer_name: str, window_shape, strides, padding,
   padding = padding_of(padding)
 
   def windows(shape):
-    axes = _spatial_axes(len(shape), batch_axis, channel_axis, layer_name)
-    return axes, _pool_windows(shape, axes, window_shape, strides, padding,
+    axes = spatial_axes(len(shape), batch_axis, channel_axis, layer_name)
+    return axes, axis_windows(shape, axes, window_shape, strides, padding,
                                layer_name)
 
   def output_shape(shape):
@@ -201,15 +161,11 @@ def _pool(layer_name: str, window_shape, strides, padding,
     out = lax.reduce_window(inputs, np.array(0, inputs.dtype), lax.add,
                             window_dims, window_strides, pads)
     if c is not None:
-      out = out * _from_standard(c[..., None], batch_axis, channel_axis)
+      out = out * from_standard(c[..., None], out.shape, batch_axis,
+                                  channel_axis)
     return out
 
-  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.NO))
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_kernel_axes(k, batch_axis, channel_axis, layer_name)
-    k = ensure_full_spatial(k)
+  def pool_kernel(k: Kernel) -> Kernel:
     _, dims = windows(k.shape1)
 
     def pool(x, n_batch):
@@ -227,6 +183,9 @@ def _pool(layer_name: str, window_shape, strides, padding,
         is_input=False,
         shape1=output_shape(k.shape1),
         shape2=output_shape(k.shape2))
+
+  kernel_fn = _pool_kernel_op(batch_axis, channel_axis, layer_name,
+                              pool_kernel)
 
   def mask_fn(mask, input_shape):
     # An output is masked iff every entry of its window is.
@@ -343,13 +302,12 @@ def _global_pool(layer_name: str, batch_axis: int, channel_axis: int,
   """Pooling over all spatial positions (see the module docstring)."""
 
   def output_shape(shape):
-    axes = _spatial_axes(len(shape), batch_axis, channel_axis, layer_name)
+    axes = spatial_axes(len(shape), batch_axis, channel_axis, layer_name)
     return tuple(s for i, s in enumerate(shape) if i not in axes)
 
   def output_axes(ndim):
-    b = _axis(batch_axis, ndim, 'batch_axis', layer_name)
-    c = _axis(channel_axis, ndim, 'channel_axis', layer_name)
-    return (0, 1) if b < c else (1, 0)
+    spatial_axes(ndim, batch_axis, channel_axis, layer_name)
+    return (0, 1) if batch_axis % ndim < channel_axis % ndim else (1, 0)
 
   def init_fn(rng, input_shape):
     return output_shape(input_shape), ()
@@ -363,7 +321,7 @@ def _global_pool(layer_name: str, batch_axis: int, channel_axis: int,
     return jnp.where(positive, 1 / count, jnp.zeros((), dtype))
 
   def apply_fn(params, inputs, mask=None, **kwargs):
-    axes = tuple(_spatial_axes(inputs.ndim, batch_axis, channel_axis,
+    axes = tuple(spatial_axes(inputs.ndim, batch_axis, channel_axis,
                                layer_name))
     out = jnp.sum(inputs, axes)
     if not average:
@@ -372,35 +330,21 @@ def _global_pool(layer_name: str, batch_axis: int, channel_axis: int,
     out_batch, _ = output_axes(inputs.ndim)
     return out * (c[:, None] if out_batch == 0 else c[None, :])
 
-  @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.NO))
-  def kernel_fn(k: Kernel, **kwargs) -> Kernel:
-    _check_kernel_axes(k, batch_axis, channel_axis, layer_name)
-    k = ensure_full_spatial(k)
+  def pool_kernel(k: Kernel) -> Kernel:
 
     def pool(x, n_batch):
       return jnp.sum(x, tuple(range(n_batch, x.ndim)))
 
-    out = map_covariances(k, pool)
+    out = reduce_spatial(k, pool, output_shape,
+                         *output_axes(len(k.shape1)))
     if average:
-      c1 = weights(k.mask1, k.shape1, k.nngp.dtype)
-      c2 = weights(k.mask2, k.shape2, k.nngp.dtype)
-      weigh = lambda x, w1, w2, pair: None if x is None else (
-          x * (w1[:, None] * w2[None, :] if pair else w1 * w2))
-      pair = not k.diagonal_batch
-      out = out.replace(nngp=weigh(out.nngp, c1, c2, True),
-                        ntk=weigh(out.ntk, c1, c2, True),
-                        cov1=weigh(out.cov1, c1, c1, pair),
-                        cov2=weigh(out.cov2, c2, c2, pair))
-    out_batch, out_channel = output_axes(len(k.shape1))
-    return out.replace(
-        is_input=False,
-        diagonal_spatial=False,
-        shape1=output_shape(k.shape1),
-        shape2=output_shape(k.shape2),
-        batch_axis=out_batch,
-        channel_axis=out_channel)
+      dtype = k.nngp.dtype
+      out = _weigh_covariances(out, weights(k.mask1, k.shape1, dtype),
+                               weights(k.mask2, k.shape2, dtype))
+    return out
+
+  kernel_fn = _pool_kernel_op(batch_axis, channel_axis, layer_name,
+                              pool_kernel)
 
   def mask_fn(mask, input_shape):
     # Masked positions are zeros averaged over (or left out of the average):
@@ -441,14 +385,8 @@ def GlobalSumPool(batch_axis: int = 0, channel_axis: int = -1) -> Layer:
   """Sum over all spatial positions: `(N, S..., C)` -> `(N, C)`.
 
   `y = sum_h x[h]`; kernel `nngp' = sum_{h, h'} nngp[h, h']` (and the same for
-  `ntk`, `cov1`, `cov2`). No params.
-
-  Args:
-    batch_axis: batch axis of the inputs.
-    channel_axis: channel axis of the inputs.
-
-  Returns:
-    `(init_fn, apply_fn, kernel_fn)`.
+  `ntk`, `cov1`, `cov2`). No params. Arguments and returns as
+  `GlobalAvgPool`'s.
 
   Example:
     >>> _, apply_fn, _ = stax.GlobalSumPool()

@@ -61,6 +61,12 @@ import jax.numpy as jnp
 
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import protocol
+# Covariance layouts; `ensure_full_spatial` and `map_covariances` are
+# importable from here too.
+from neural_tangents._src.stax.layout import embed_spatial_diagonal
+from neural_tangents._src.stax.layout import ensure_full_spatial
+from neural_tangents._src.stax.layout import interleave_pairs
+from neural_tangents._src.stax.layout import map_covariances
 # `supports_masking` is defined with the rest of masking; re-exported here.
 from neural_tangents._src.stax.masking import supports_masking  # pylint: disable=unused-import
 # The protocol's names, re-exported for layer modules.
@@ -161,14 +167,6 @@ def _move_to_standard_layout(x: jax.Array, batch_axis: int,
   return jnp.transpose(x, order + [channel_axis])
 
 
-def _interleave(x: jax.Array, n_batch: int, n_spatial: int) -> jax.Array:
-  """`(B..., S_1..S_d, S'_1..S'_d)` -> `(B..., S_1, S'_1, ..., S_d, S'_d)`."""
-  order = list(range(n_batch))
-  for i in range(n_spatial):
-    order += [n_batch + i, n_batch + n_spatial + i]
-  return jnp.transpose(x, order)
-
-
 # Up to this many channels, `covariance` of spatially diagonal kernels sums
 # outer products directly instead of calling a matmul.
 _MAX_UNROLLED_CHANNELS = 8
@@ -208,10 +206,10 @@ def covariance(x1: jax.Array, x2: jax.Array, batch_pair: bool,
     out = jnp.tensordot(x1, x2, axes=(-1, -1), precision=hi) / c
     # (N1, S..., N2, S'...) -> (N1, N2, S..., S'...)
     out = jnp.moveaxis(out, 1 + n_spatial, 1)
-    return _interleave(out, 2, n_spatial)
+    return interleave_pairs(out, 2, n_spatial)
   out = jax.vmap(lambda a, b: jnp.tensordot(a, b, axes=(-1, -1),
                                             precision=hi))(x1, x2) / c
-  return _interleave(out, 1, n_spatial)
+  return interleave_pairs(out, 1, n_spatial)
 
 
 def _check_input(x: Any, name: str) -> jax.Array:
@@ -295,34 +293,6 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
       channel_axis=channel_axis)
 
 
-def ensure_full_spatial(k: Kernel) -> Kernel:
-  """The full spatial representation of `k`, for layers that need it.
-
-  Requirement resolution only hands a spatially diagonal kernel to a layer
-  declaring `Diagonal(input=Bool.NO)` when every off-diagonal entry is known
-  to be zero (after a layer with `Diagonal(output=Bool.YES)`), so embedding the
-  diagonal is exact.
-  """
-  if not k.diagonal_spatial or k.n_spatial == 0:
-    return k
-  return map_covariances(k, _embed_spatial_diagonal).replace(
-      diagonal_spatial=False)
-
-
-def _embed_spatial_diagonal(x: jax.Array, n_batch: int) -> jax.Array:
-  """Inverse of `spatial_diagonal`, with zeros off the diagonal."""
-  n_spatial = x.ndim - n_batch
-  for i in range(n_spatial):
-    axis = n_batch + 2 * i
-    size = x.shape[axis]
-    eye = jnp.eye(size, dtype=x.dtype)
-    x = jnp.expand_dims(x, axis + 1)
-    shape = [1] * x.ndim
-    shape[axis], shape[axis + 1] = size, size
-    x = x * eye.reshape(shape)
-  return x
-
-
 def match_representation(k: Any, allowed: Any) -> Any:
   """Converts `k` to the representation `allowed` asks for, if it differs.
 
@@ -339,7 +309,7 @@ def match_representation(k: Any, allowed: Any) -> Any:
   if k.n_spatial == 0 or k.diagonal_spatial == allowed.diagonal_spatial:
     pass
   elif k.diagonal_spatial:
-    k = map_covariances(k, _embed_spatial_diagonal).replace(
+    k = map_covariances(k, embed_spatial_diagonal).replace(
         diagonal_spatial=False)
   else:
     k = map_covariances(k, kernel_lib.spatial_diagonal).replace(
@@ -350,17 +320,6 @@ def match_representation(k: Any, allowed: Any) -> Any:
                   kernel_lib.batch_diagonal(k.cov2),
                   diagonal_batch=True)
   return k
-
-
-def map_covariances(k: Kernel,
-                    fn: Callable[[jax.Array, int], jax.Array]) -> Kernel:
-  """Applies `fn(array, n_batch_axes)` to `nngp`, `ntk`, `cov1`, `cov2`."""
-  n_cov_batch = 1 if k.diagonal_batch else 2
-  return k.replace(
-      nngp=fn(k.nngp, 2),
-      ntk=None if k.ntk is None else fn(k.ntk, 2),
-      cov1=fn(k.cov1, n_cov_batch),
-      cov2=None if k.cov2 is None else fn(k.cov2, n_cov_batch))
 
 
 def is_kernel_tree(x: Any) -> bool:
@@ -589,26 +548,3 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
       f'with `output=Bool.YES` if its off-diagonal entries are zero; or '
       f'remove `{c}` after it.')
 
-
-def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
-                 layer_name: str) -> None:
-  """Raises a `ValueError` if a layer's axes differ from its input kernel's.
-
-  Args:
-    k: the input kernel.
-    batch_axis, channel_axis: the axes the layer was built with.
-    layer_name: the layer, for the message.
-
-  Example:
-    >>> k = inputs_to_kernel(jnp.ones((2, 3)), None, diagonal_batch=True,
-    ...                      diagonal_spatial=False, compute_ntk=True)
-    >>> check_layout(k, 0, -1, 'Dense')  # Matches: no error.
-  """
-  ndim = len(k.shape1)
-  if (batch_axis % ndim != k.batch_axis % ndim or
-      channel_axis % ndim != k.channel_axis % ndim):
-    raise ValueError(
-        f'`{layer_name}(batch_axis={batch_axis}, channel_axis={channel_axis})` '
-        f'does not match the layout of its inputs (batch_axis={k.batch_axis}, '
-        f'channel_axis={k.channel_axis}). Pass the same axes to every layer, '
-        'or the axes of the first layer to this one.')

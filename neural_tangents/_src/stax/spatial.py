@@ -16,10 +16,11 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.stax.layout import check_layout
+from neural_tangents._src.stax.layout import ensure_full_spatial
+from neural_tangents._src.stax.layout import standard_order
 from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
-from neural_tangents._src.stax.requirements import ensure_full_spatial
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
@@ -28,11 +29,6 @@ from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
 Array = jax.Array
-
-
-def _spatial_axes(ndim: int, batch_axis: int, channel_axis: int) -> list[int]:
-  skip = {batch_axis % ndim, channel_axis % ndim}
-  return [i for i in range(ndim) if i not in skip]
 
 
 def _reported_axis(axis: int, ndim: int) -> int:
@@ -320,7 +316,7 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
           'calling `kernel_fn`, or index channels after a `Dense` layer.')
     if full[c] != slice(None) and _indexed_size(full[c], k.shape1[c]) == 0:
       raise ValueError(f'`idx`={idx!r} keeps no channel. Keep at least one.')
-    spatial_idx = [full[a] for a in _spatial_axes(ndim, b, c)]
+    spatial_idx = [full[a] for a in standard_order(ndim, b, c)[1:-1]]
 
     def index_axis(x, axis, i):
       return x[(slice(None),) * axis + (spatial_idx[i],)]
@@ -375,10 +371,6 @@ def _dot_general_axis(axis: int, ndim: int, const_ndim: int,
     return n_batch + x_free.index(axis)
   n_const_free = const_ndim - len(tuple(c_lhs)) - n_batch
   return n_batch + n_const_free + x_free.index(axis)
-
-
-def _standard_order(ndim: int, b: int, c: int) -> list[int]:
-  return [b] + [i for i in range(ndim) if i not in (b, c)] + [c]
 
 
 @layer
@@ -502,8 +494,8 @@ def DotGeneral(lhs: Optional[Array] = None,
     out_b, out_c = out_axes(ndim, 'kernel_fn')
     out_shape1, out_shape2 = output_shape(k.shape1), output_shape(k.shape2)
     out_ndim = len(out_shape1)
-    in_order = _standard_order(ndim, b, c)
-    out_order = _standard_order(out_ndim, out_b, out_c)
+    in_order = standard_order(ndim, b, c)
+    out_order = standard_order(out_ndim, out_b, out_c)
     spatial_out = tuple(out_shape1[i] for i in out_order[1:-1])
     hi = lax.Precision.HIGHEST
 
