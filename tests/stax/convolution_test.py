@@ -20,6 +20,7 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax import convolution
+from neural_tangents._src.stax import windows
 from neural_tangents._src.stax.requirements import inputs_to_kernel
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
@@ -178,8 +179,8 @@ class ConvTest(test_utils.NeuralTangentsTestCase):
     # thresholds of 0 and 1 byte force one-row blocks here. The taps are
     # summed in the same order: only XLA's fusion differs.
     x = jax.random.normal(key(0), (3, 2, 5, 5, 4, 4))
-    dims = [convolution.conv_window(5, 3, 1, stax.Padding(padding)),
-            convolution.conv_window(4, 2, 1, stax.Padding(padding))]
+    dims = [windows.conv_window(5, 3, 1, stax.Padding(padding)),
+            windows.conv_window(4, 2, 1, stax.Padding(padding))]
     # A new function each time: JAX caches traces per function.
     sums = lambda: lambda x: convolution.conv_covariance(x, 2, dims, False)
     whole = jax.jit(sums())(x)

@@ -7,7 +7,7 @@ import numpy as np
 from neural_tangents._src.stax import layout
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils import kernel as kernel_lib
-import test_utils
+from tests import test_utils
 
 
 class LayoutTest(test_utils.NeuralTangentsTestCase):

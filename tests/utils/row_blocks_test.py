@@ -8,7 +8,7 @@ import numpy as np
 
 from neural_tangents._src.stax import elementwise
 from neural_tangents._src.utils import row_blocks
-import test_utils
+from tests import test_utils
 
 
 def _has_loop(fn, *args) -> bool:

@@ -67,9 +67,9 @@ def parse_enum(value: Union[str, EnumT], cls: type[EnumT], name: str) -> EnumT:
     except (ValueError, TypeError):
       pass
   raise ValueError(
-      f'`{name}` must be one of {[m.name for m in cls]} (a string in any case '
-      f'or a `{cls.__name__}` member); got {value!r}. Pass e.g. '
-      f'{name}={next(iter(cls)).name!r}.')
+      f'`{name}={value!r}` is not a `{cls.__name__}`: `{name}` must be one of '
+      f'{[m.name for m in cls]} (a string in any case or a `{cls.__name__}` '
+      f'member). Pass e.g. {name}={next(iter(cls)).name!r}.')
 
 
 def canonicalize_axis(axis: int, ndim: int, name: str = 'axis') -> int:
