@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from neural_tangents._src.empirical.structured.einsum import einsum  # pylint: disable=unused-import
 from neural_tangents._src.empirical.structured.einsum import einsum_cost  # pylint: disable=unused-import
 from neural_tangents._src.empirical.structured.einsum import Letters
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.typing import Array
 
 TRACE = 'trace'
@@ -53,15 +54,11 @@ def normalize_axes(axes: Sequence[int], ndim: int, name: str) -> tuple[int, ...]
     >>> normalize_axes((-1,), 3, 'trace_axes')
     (2,)
   """
-  out = set()
   for a in axes:
-    if not isinstance(a, int) or not -ndim <= a < ndim:
-      raise ValueError(
-          f'`{name}={tuple(axes)}` has axis {a!r}, out of range for an output '
-          f'with {ndim} axes; pass axes in [-{ndim}, {ndim}), e.g. '
-          f'`{name}=(-1,)`.')
-    out.add(a % ndim)
-  return tuple(sorted(out))
+    if isinstance(a, bool) or not isinstance(a, int):
+      raise ValueError(f'`{name}={tuple(axes)}` has axis {a!r}, not an int; '
+                       f'pass ints, e.g. `{name}=(-1,)`.')
+  return arguments.canonicalize_axes(tuple(axes), ndim, name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -287,12 +287,12 @@ def _attention_spec(n_chan_out, n_chan_key, n_chan_val, n_heads,
                     channel_axis) -> _AttentionSpec:
   for value, name in ((n_chan_out, 'n_chan_out'), (n_chan_key, 'n_chan_key'),
                       (n_chan_val, 'n_chan_val'), (n_heads, 'n_heads')):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-      raise ValueError(f'`{name}` must be a positive int; got {value!r}.')
-  if n_chan_pos_emb is not None and (not isinstance(n_chan_pos_emb, int) or
-                                     n_chan_pos_emb <= 0):
-    raise ValueError(f'`n_chan_pos_emb` must be None or a positive int; got '
-                     f'{n_chan_pos_emb!r}.')
+    arguments.positive_int(value, name, f'Pass e.g. {name}=1.',
+                           layer_name='GlobalSelfAttention')
+  if n_chan_pos_emb is not None:
+    arguments.positive_int(n_chan_pos_emb, 'n_chan_pos_emb',
+                           'Pass None (the same as `n_chan_key`) or e.g. 1.',
+                           layer_name='GlobalSelfAttention')
   return _AttentionSpec(
       n_chan_out=n_chan_out, n_chan_key=n_chan_key, n_chan_val=n_chan_val,
       n_heads=n_heads, linear_scaling=linear_scaling, W_key_std=W_key_std,

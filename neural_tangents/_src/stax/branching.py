@@ -16,6 +16,7 @@ from neural_tangents._src.stax import requirements
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -35,9 +36,8 @@ def FanOut(num: int) -> Layer:
     >>> len(apply_fn((), jnp.ones(3)))
     2
   """
-  if not isinstance(num, int) or num <= 0:
-    raise ValueError(f'`num` must be a positive int; got {num!r}. Pass the '
-                     'number of branches, e.g. `FanOut(2)`.')
+  arguments.positive_int(num, 'num',
+                         'Pass the number of branches, e.g. `FanOut(2)`.')
   init_fn = lambda rng, input_shape: ([input_shape] * num, ())
   apply_fn = lambda params, inputs, **kwargs: [inputs] * num
 

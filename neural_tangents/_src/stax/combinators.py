@@ -16,6 +16,7 @@ from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.stax.protocol import kernel_op_of
 from neural_tangents._src.stax.protocol import kernel_spec
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -440,11 +441,8 @@ def repeat(layer: Layer, n: int) -> Layer:
     (3, 2)
   """
   init_fn_l, apply_fn_l, kernel_fn_l = _check_layer(layer, 'repeat')
-  if isinstance(n, bool) or not isinstance(n, int):
-    raise TypeError(f'`n` must be a non-negative int; got {n!r}.')
-  if n < 0:
-    raise ValueError(f'`n` must be a non-negative int; got {n}. Pass the '
-                     'number of times to apply the layer.')
+  arguments.positive_int(n, 'n', 'Pass the number of times to apply the '
+                         'layer.', minimum=0)
   op = kernel_op_of(kernel_fn_l)
 
   def init_fn(rng, input_shape):

@@ -246,21 +246,14 @@ def _parameterization(parameterization: str, layer_name: str) -> str:
 
 
 def _check_s(s, layer_name: str) -> tuple[int, int]:
-  if (not isinstance(s, (tuple, list)) or len(s) != 2 or
-      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in s)):
-    raise ValueError(f'`s` of `{layer_name}` must be a pair of positive ints; '
-                     f'got {s!r}. Pass e.g. s=(1, 1).')
-  return tuple(s)
+  return arguments.positive_int_pair(s, 's', 'Pass e.g. s=(1, 1).',
+                                     layer_name=layer_name)
 
 
 def _check_out_chan(out_chan, layer_name: str) -> int:
-  if isinstance(out_chan, bool) or not isinstance(out_chan, int):
-    raise TypeError(f'`out_chan` of `{layer_name}` must be a positive int; got '
-                    f'{out_chan!r}. Pass e.g. `{layer_name}(64, (3, 3))`.')
-  if out_chan <= 0:
-    raise ValueError(f'`out_chan` of `{layer_name}` must be a positive int; '
-                     f'got {out_chan}. Pass the number of output channels.')
-  return out_chan
+  return arguments.positive_int(
+      out_chan, 'out_chan', 'Pass the number of output channels, e.g. '
+      f'`{layer_name}(64, (3, 3))`.', layer_name=layer_name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -119,20 +119,13 @@ def Dense(out_dim: int,
     >>> W.shape, b.shape
     ((784, 512), (1, 512))
   """
-  if isinstance(out_dim, bool) or not isinstance(out_dim, (int, jnp.integer)):
-    raise TypeError(f'`out_dim` must be a positive int; got {out_dim!r}. Pass '
-                    'e.g. `Dense(512)`.')
-  if out_dim <= 0:
-    raise ValueError(f'`out_dim` must be a positive int; got {out_dim}. Pass '
-                     'the number of output channels, e.g. `Dense(512)`.')
+  arguments.positive_int(out_dim, 'out_dim', 'Pass the number of output '
+                         'channels, e.g. `Dense(512)`.')
   param = arguments.parse_enum(parameterization, Parameterization,
                                'parameterization')
-  if (not isinstance(s, (tuple, list)) or len(s) != 2 or
-      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in s)):
-    raise ValueError(f'`s` must be a pair of positive ints; got {s!r}. Pass '
-                     'e.g. s=(1, 1).')
+  s = arguments.positive_int_pair(s, 's', 'Pass e.g. s=(1, 1).')
   standard = param == Parameterization.STANDARD
-  s_in, s_out = tuple(s) if standard else (1, 1)
+  s_in, s_out = s if standard else (1, 1)
   width = s_out * out_dim  # The actual number of output channels.
 
   def init_fn(rng, input_shape):

@@ -3,6 +3,8 @@ error that names the argument, the value and the fix."""
 import enum
 from typing import Any, Optional, Sequence, TypeVar, Union
 
+import numpy as np
+
 EnumT = TypeVar('EnumT', bound=enum.Enum)
 
 
@@ -93,6 +95,60 @@ def canonicalize_axes(axes: Union[int, Sequence[int]], ndim: int,
   return tuple(sorted({canonicalize_axis(a, ndim, name) for a in axes}))
 
 
+
+
+def positive_int(value: Any, name: str, fix: str, *, layer_name: str = '',
+                 minimum: int = 1) -> int:
+  """`value` as an int `>= minimum` (1: positive, 0: non-negative).
+
+  Args:
+    value: the argument.
+    name: the argument's name, for the message.
+    fix: how to fix a bad value, for the message.
+    layer_name: the layer the argument belongs to, if any, for the message.
+    minimum: the smallest valid value.
+
+  Returns:
+    The int.
+
+  Raises:
+    TypeError: if `value` is not an int (bools are not ints here).
+    ValueError: if it is smaller than `minimum`.
+
+  Example:
+    >>> positive_int(3, 'n_heads', 'Pass e.g. n_heads=4.')
+    3
+  """
+  where = f' of `{layer_name}`' if layer_name else ''
+  kind = 'positive' if minimum == 1 else f'>= {minimum}'
+  kind = 'non-negative' if minimum == 0 else kind
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, (int, np.integer))):
+    raise TypeError(f'`{name}`{where} must be a {kind} int; got {value!r}. '
+                    f'{fix}')
+  if value < minimum:
+    raise ValueError(f'`{name}`{where} must be a {kind} int; got {value}. '
+                     f'{fix}')
+  return int(value)
+
+
+
+def positive_int_pair(value: Any, name: str, fix: str, *,
+                      layer_name: str = '') -> tuple[int, int]:
+  """`value` as a pair of positive ints (e.g. the standard parameterization's
+  `s`), else a `ValueError`.
+
+  Example:
+    >>> positive_int_pair([1, 2], 's', 'Pass e.g. s=(1, 1).')
+    (1, 2)
+  """
+  where = f' of `{layer_name}`' if layer_name else ''
+  if (not isinstance(value, (tuple, list)) or len(value) != 2 or
+      any(isinstance(v, (bool, np.bool_)) or
+          not isinstance(v, (int, np.integer)) or v <= 0 for v in value)):
+    raise ValueError(f'`{name}`{where} must be a pair of positive ints; got '
+                     f'{value!r}. {fix}')
+  return int(value[0]), int(value[1])
 
 def positive_ints(value: Any, name: str, layer_name: str,
                   length: Optional[int] = None,
