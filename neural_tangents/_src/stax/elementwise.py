@@ -39,6 +39,7 @@ from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
 from neural_tangents._src.utils.arctan import arctan2
@@ -571,14 +572,6 @@ def elementwise(fn: Optional[Callable[[Array], Array]], kernel_map: KernelMap,
 # Argument checks.
 
 
-def _check_int(value, name: str, minimum: int, example: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f'`{name}` must be an int >= {minimum}; got {value!r}. '
-                    f'Pass e.g. {example}.')
-  if value < minimum:
-    raise ValueError(f'`{name}` must be an int >= {minimum}; got {value}. '
-                     f'Pass e.g. {example}.')
-  return int(value)
 
 
 def _check_callable(value, name: str, example: str) -> None:
@@ -990,7 +983,8 @@ def Monomial(degree: int) -> Layer:
     >>> apply_fn((), jnp.array([2.]))
     Array([8.], dtype=float32)
   """
-  degree = _check_int(degree, 'degree', 0, '`Monomial(2)`')
+  degree = arguments.positive_int(degree, 'degree', 'Pass e.g. `Monomial(2)`.',
+                                  minimum=0)
   coef = [0.] * degree + [1.]
   return elementwise(lambda x: x**degree, polynomial_kernel_map(coef),
                      'Monomial')
@@ -1022,7 +1016,8 @@ def RectifiedMonomial(degree: int) -> Layer:
     >>> apply_fn((), jnp.array([-2., 3.]))
     Array([0., 9.], dtype=float32)
   """
-  degree = _check_int(degree, 'degree', 0, '`RectifiedMonomial(2)`')
+  degree = arguments.positive_int(
+      degree, 'degree', 'Pass e.g. `RectifiedMonomial(2)`.', minimum=0)
 
   def fn(x):
     if degree == 0:
@@ -1099,7 +1094,8 @@ def Hermite(degree: int) -> Layer:
     >>> apply_fn((), jnp.array([3.]))  # (9 - 1) / sqrt(2)
     Array([5.656854], dtype=float32)
   """
-  degree = _check_int(degree, 'degree', 0, '`Hermite(3)`')
+  degree = arguments.positive_int(degree, 'degree', 'Pass e.g. `Hermite(3)`.',
+                                  minimum=0)
   basis = [0.] * degree + [1.]
   # Python floats are weakly typed: they keep the input's dtype.
   coef = [float(a) for a in np.polynomial.hermite_e.herme2poly(basis) /
@@ -1217,7 +1213,7 @@ def ElementwiseNumerical(fn: Callable[[Array], Array],
     ...     stax.Dense(1), stax.ElementwiseNumerical(jnp.tanh, deg=25))
   """
   _check_callable(fn, 'fn', '`fn=jnp.tanh`')
-  deg = _check_int(deg, 'deg', 1, '`deg=25`')
+  deg = arguments.positive_int(deg, 'deg', 'Pass e.g. `deg=25`.')
   if df is None:
     df = lambda x: jax.jvp(fn, (x,), (jnp.ones_like(x),))[1]
   else:

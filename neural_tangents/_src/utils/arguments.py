@@ -120,15 +120,13 @@ def positive_int(value: Any, name: str, fix: str, *, layer_name: str = '',
     3
   """
   where = f' of `{layer_name}`' if layer_name else ''
-  kind = 'positive' if minimum == 1 else f'>= {minimum}'
-  kind = 'non-negative' if minimum == 0 else kind
+  kind = {0: 'a non-negative int', 1: 'a positive int'}.get(
+      minimum, f'an int >= {minimum}')
   if (isinstance(value, (bool, np.bool_)) or
       not isinstance(value, (int, np.integer))):
-    raise TypeError(f'`{name}`{where} must be a {kind} int; got {value!r}. '
-                    f'{fix}')
+    raise TypeError(f'`{name}`{where} must be {kind}; got {value!r}. {fix}')
   if value < minimum:
-    raise ValueError(f'`{name}`{where} must be a {kind} int; got {value}. '
-                     f'{fix}')
+    raise ValueError(f'`{name}`{where} must be {kind}; got {value}. {fix}')
   return int(value)
 
 
