@@ -10,7 +10,8 @@ Example:
   >>> predict_fn = nt.predict.gradient_descent_mse(
   ...     kernel_fn(x_train, None, 'ntk'), y_train)
   >>> fx_train_t, fx_test_t = predict_fn(
-  ...     t=10., fx_train_0=0., k_test_train=kernel_fn(x_test, x_train, 'ntk'))
+  ...     t=10., fx_train_0=0., fx_test_0=0.,
+  ...     k_test_train=kernel_fn(x_test, x_train, 'ntk'))
   >>> fx_train_t.shape, fx_test_t.shape
   ((3, 1), (2, 1))
 """

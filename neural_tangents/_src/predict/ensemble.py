@@ -1,5 +1,6 @@
 """Gaussian outputs of ensembles of infinitely wide networks trained on MSE
 (`gradient_descent_mse_ensemble`), from a stax-style `kernel_fn`."""
+import math
 from typing import Any, Callable, Optional, Sequence
 
 import jax
@@ -101,11 +102,14 @@ def _test_train_kwargs(train_kwargs: dict[str, Any],
                        test_kwargs: dict[str, Any]) -> dict[str, Any]:
   """Keyword arguments of `kernel_fn(x_test, x_train)`.
 
-  A pair-valued kwarg `(value_for_x1, value_for_x2)`, such as `Aggregate`'s
-  `pattern`, becomes `(value for x_test, value for x_train)`: the first entries
-  of the test-test and of the train-train pairs, which describe `x1` in the
-  `x2=None` calls (their second entry may be `None` or a repeat). Any other
-  kwarg is shared by all calls: given to both, the values must be equal.
+  A kwarg given only to `gradient_descent_mse_ensemble` is passed unchanged
+  (a stax `params=(W, b)` is not a pair of per-side values). A pair-valued
+  kwarg `(value_for_x1, value_for_x2)` given to `predict_fn`, such as
+  `Aggregate`'s `pattern`, becomes `(value for x_test, value for x_train)`:
+  the first entries of the test-test and of the train-train pairs, which
+  describe `x1` in the `x2=None` calls (their second entry may be `None` or a
+  repeat). Any other kwarg is shared by all calls: given to both, the values
+  must be equal.
 
   Raises:
     ValueError: if a kwarg that is not a pair has different train and test
@@ -114,6 +118,9 @@ def _test_train_kwargs(train_kwargs: dict[str, Any],
   test_all = _test_test_kwargs(train_kwargs, test_kwargs)
   out = {}
   for key, test_value in test_all.items():
+    if key not in test_kwargs:
+      out[key] = test_value
+      continue
     train_value = train_kwargs.get(key)
     if _is_pair(test_value) or _is_pair(train_value):
       out[key] = (_value_for_x1(test_value), _value_for_x1(train_value))
@@ -257,19 +264,33 @@ def gradient_descent_mse_ensemble(
                                 lambda k=k: _kernel_to_matrix(k, n_pairs))
     return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
 
-  def flow(kernel: str, k: Array) -> tuple[_Eigen, Array]:
-    """Eigendecomposition of the regularized kernel, and `V^T y`."""
+  def flow(kernel: str, k: Array, regularized: bool) -> tuple[_Eigen, Array]:
+    """Eigendecomposition of the (regularized) kernel, and `V^T y`."""
     def compute():
-      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
+      k_flow = (_regularize(k, diag_reg, diag_reg_absolute_scale)
+                if regularized else k)
+      eig = _eigh_psd(k_flow)
       y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
       return eig, eig.evecs.T @ y
-    return _cached(cache, ('flow', kernel), compute)
+    return _cached(cache, ('flow', kernel, regularized), compute)
 
   def prior_in_eigenbasis(posterior: _Posterior, eig: _Eigen,
-                          k_prior: Array) -> Array:
+                          k_prior: Array, regularized: bool) -> Array:
     """`V^T P V` for the flow eigenvectors `V` and the unregularized prior."""
-    return _cached(cache, ('middle', posterior),
+    return _cached(cache, ('middle', posterior, regularized),
                    lambda: eig.evecs.T @ k_prior @ eig.evecs)
+
+  def interpolation(t_shape: tuple[int, ...], dtype: Any,
+                    compute_cov: bool) -> Any:
+    """Train-set predictions at infinite time: `y_train`, zero covariance."""
+    mean = jnp.broadcast_to(y_train.astype(dtype), t_shape + y_train.shape)
+    if not compute_cov:
+      return mean
+    row_shape = _test_row_shape(y_train.shape, layout)
+    rows = math.prod(row_shape)
+    cov = _matrix_to_covariance(jnp.zeros(t_shape + (rows, rows), dtype),
+                                row_shape)
+    return Gaussian(mean, cov)
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  x_test: Optional[Array] = None,
@@ -277,13 +298,17 @@ def gradient_descent_mse_ensemble(
                  compute_cov: bool = False,
                  **kernel_fn_test_test_kwargs) -> Any:
     names, single = _parse_get(get)
-    needed = _kernels_needed(names, compute_cov)
+    on_train = x_test is None
+    # On the training set at infinite time the outputs interpolate: only the
+    # flow kernels are computed (to check them), no prior.
+    needed = _kernels_needed(names, compute_cov and not (on_train and
+                                                         t is None))
     k_train = train_kernels(needed)
     dtype = jnp.result_type(*k_train.values())
     priors = tuple(k for k in needed if compute_cov and any(
         _POSTERIORS[name].prior == k for name in names))
 
-    if x_test is None:
+    if on_train:
       k_test_train, test_shape = k_train, y_train.shape
       k_test_test = {k: k_train[k] for k in priors}
     else:
@@ -311,7 +336,12 @@ def gradient_descent_mse_ensemble(
     out = {}
     for name in names:
       posterior = _POSTERIORS[name]
-      eig, y_eigen = flow(posterior.flow, k_train[posterior.flow])
+      if on_train and t is None:
+        out[name] = interpolation(t_shape, dtype, compute_cov)
+        continue
+      # Predictions on the training set are not regularized.
+      eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
+                          regularized=not on_train)
       scales = _integrated_relaxation(eig, tau)
       b = k_test_train[posterior.flow] @ eig.evecs
       mean = _scaled_product(b, scales, y_eigen)
@@ -321,7 +351,8 @@ def gradient_descent_mse_ensemble(
         out[name] = mean
         continue
       middle = (None if posterior.prior == posterior.flow else
-                prior_in_eigenbasis(posterior, eig, k_train[posterior.prior]))
+                prior_in_eigenbasis(posterior, eig, k_train[posterior.prior],
+                                    regularized=not on_train))
       d = eig.evecs.T @ k_test_train[posterior.prior].T
       cov = _posterior_covariance(b, scales, k_test_test[posterior.prior], d,
                                   middle, eig.evals)

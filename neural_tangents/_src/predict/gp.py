@@ -1,5 +1,6 @@
 """Exact GP posterior (`gp_inference`): NNGP, NTK-GP, or infinitely wide
 networks trained to convergence."""
+import math
 from typing import Any, Callable
 
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.posterior import _by_get
 from neural_tangents._src.predict.posterior import _cached
 from neural_tangents._src.predict.posterior import _parse_get
+from neural_tangents._src.predict.posterior import _Posterior
 from neural_tangents._src.predict.posterior import _POSTERIORS
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.utils.typing import Axes, Get
@@ -80,12 +82,23 @@ def gp_inference(
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
-    each `get` in 'nngp', 'ntk', 'ntkgp' (a namedtuple with fields in the
-    order of `get` for a tuple, `('nngp', 'ntk')` for `get=None`; the value
-    itself for a string or when all kernels are arrays and `get=None`), a
-    `Gaussian(mean, covariance)`; `covariance` is `None` unless `k_test_test`
-    is given. `k_test_train=None` predicts on the training points (with the
-    unregularized kernel).
+    each `get` in 'nngp', 'ntk', 'ntkgp', the posterior mean (an array shaped
+    like the test outputs) or, when `k_test_test` is given, a
+    `Gaussian(mean, covariance)`; for a tuple `get` (or `get=None`, which is
+    `('nngp', 'ntk')`, or 'nngp' alone when `k_train_train` is an array) a
+    namedtuple `Gaussians` of these with fields in the order of `get`, for a
+    string the value itself.
+
+    `k_test_train=None` predicts on the training points, where `diag_reg` is
+    ignored: the mean is exactly `y_train`, the covariance zero, and
+    `k_test_test` only says whether to return it (pass `True`). Only the
+    train-train kernel that drives the flow is needed there (no NNGP for
+    'ntk').
+
+  Raises:
+    ValueError: if `y_train` has no rows, a kernel does not match `y_train`
+      and `trace_axes`, a needed kernel is missing, or the 'ntk' covariance
+      is asked of a bare array (it needs both the NTK and the NNGP).
 
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
@@ -129,6 +142,19 @@ def gp_inference(
       return eig, eig.evecs.T @ y
     return _cached(cache, ('flow', kernel), compute)
 
+  def on_train(posterior: _Posterior, compute_cov: bool) -> Any:
+    """Predictions on the training points: not regularized, so at infinite
+    time they interpolate, `y_train` with zero covariance."""
+    k = train(posterior.flow)  # Checks the kernel against `y_train`.
+    mean = y_train.astype(jnp.result_type(k.dtype, y_train.dtype))
+    if not compute_cov:
+      return mean
+    row_shape = _test_row_shape(y_train.shape, layout)
+    rows = math.prod(row_shape)
+    cov = _matrix_to_covariance(jnp.zeros((rows, rows), mean.dtype),
+                                row_shape)
+    return Gaussian(mean, cov)
+
   def predict_fn(get: Get = None,
                  k_test_train: Any = None,
                  k_test_test: Any = None) -> Any:
@@ -139,44 +165,60 @@ def gp_inference(
     out = {}
     for name in names:
       posterior = _POSTERIORS[name]
-      eig, y_eigen = flow(posterior.flow)
       if k_test_train is None:
-        k_test, test_shape = train(posterior.flow), y_train.shape
-      else:
-        k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
-        test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
-                                 y_train, layout)
+        out[name] = on_train(posterior, compute_cov)
+        continue
+      if compute_cov and posterior.prior != posterior.flow:
+        _check_both_kernels(name, posterior, k_train_train=k_train_train,
+                            k_test_train=k_test_train, k_test_test=k_test_test)
+      eig, y_eigen = flow(posterior.flow)
+      k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
+      test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
+                               y_train, layout)
       scales = _integrated_relaxation(eig, None)
       b = k_test @ eig.evecs
       mean = _matrix_to_outputs(_scaled_product(b, scales, y_eigen)[0],
                                 test_shape, layout)
-      cov = None
-      if compute_cov:
-        k_prior_test = (
-            train(posterior.prior) if k_test_train is None else
-            matrix(k_test_train, posterior.prior, 'k_test_train', False))
-        k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
-        row_shape = _test_row_shape(test_shape, layout)
-        expected = tuple(size for size in row_shape for _ in range(2))
-        if k_tt_array.shape != expected:
-          raise ValueError(
-              f'`k_test_test` has shape {k_tt_array.shape} but the test '
-              f'outputs have shape {test_shape}, which need a test-test '
-              f'kernel of shape {expected}: pass the test-test kernel of the '
-              'same test points as `k_test_train`.')
-        k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
-        middle = None
-        if posterior.prior != posterior.flow:
-          middle = _cached(cache, ('middle', posterior), lambda: (
-              eig.evecs.T @ train(posterior.prior) @ eig.evecs))
-        d = eig.evecs.T @ k_prior_test.T
-        cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
-                                    middle, eig.evals)[0]
-        cov = _matrix_to_covariance(cov, row_shape)
-      out[name] = Gaussian(mean, cov)
+      if not compute_cov:
+        out[name] = mean
+        continue
+      k_prior_test = matrix(k_test_train, posterior.prior, 'k_test_train',
+                            False)
+      k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
+      row_shape = _test_row_shape(test_shape, layout)
+      expected = tuple(size for size in row_shape for _ in range(2))
+      if k_tt_array.shape != expected:
+        raise ValueError(
+            f'`k_test_test` has shape {k_tt_array.shape} but the test '
+            f'outputs have shape {test_shape}, which need a test-test '
+            f'kernel of shape {expected}: pass the test-test kernel of the '
+            'same test points as `k_test_train`.')
+      k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
+      middle = None
+      if posterior.prior != posterior.flow:
+        middle = _cached(cache, ('middle', posterior), lambda: (
+            eig.evecs.T @ train(posterior.prior) @ eig.evecs))
+      d = eig.evecs.T @ k_prior_test.T
+      cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
+                                  middle, eig.evals)[0]
+      out[name] = Gaussian(mean, _matrix_to_covariance(cov, row_shape))
     return _by_get(out, names, single, 'Gaussians')
 
   return predict_fn
+
+
+def _check_both_kernels(name: str, posterior: _Posterior,
+                        **kernels: Any) -> None:
+  """Raises `ValueError` if a kernel that must hold two kernels is an array."""
+  for arg, k in kernels.items():
+    if not _is_kernel_like(k):
+      raise ValueError(
+          f'`{arg}` is a bare array, but the covariance of `get={name!r}` '
+          f'needs two kernels: the "{posterior.flow}" that drives training '
+          f'and the "{posterior.prior}" of the outputs at initialization. '
+          'Pass `nt.Kernel`s (or namedtuples) with `nngp` and `ntk` fields '
+          'as `k_train_train`, `k_test_train` and `k_test_test`, or leave '
+          'out `k_test_test` to get the mean only.')
 
 
 def _kernel_of(k: Any, name: str) -> Any:

@@ -15,39 +15,63 @@ ArrayOrScalar = Union[Array, float, np.ndarray]
 
 
 class _Layout(NamedTuple):
-  """Which output axes of `y_train` are kept in the kernel, and which traced."""
+  """Which axes of `y_train` are kept in the kernel, and which traced.
+
+  Attributes:
+    untraced: output axes (>= 1) kept in the kernel, as pairs of axes.
+    traced: traced axes, on which the kernel is the identity; the batch axis 0
+      may be one of them, and then the kernel has no batch axes and each
+      training example evolves on its own.
+  """
   untraced: tuple[int, ...]
   traced: tuple[int, ...]
 
+  @property
+  def kept(self) -> tuple[int, ...]:
+    """Axes with a pair of kernel axes, in kernel order (the batch first)."""
+    return ((0,) if 0 not in self.traced else ()) + self.untraced
+
 
 def _layout(y_train: Array, trace_axes: Axes) -> _Layout:
-  """Splits the output axes of `y_train` into untraced and traced ones."""
+  """Splits the axes of `y_train` into untraced and traced ones."""
   ndim = y_train.ndim
   if ndim < 1:
     raise ValueError('`y_train` must have a leading batch axis (one row per '
                      f'training point); got a scalar of shape {y_train.shape}.')
+  if y_train.shape[0] == 0:
+    raise ValueError(
+        f'`y_train` has shape {y_train.shape}: no training points. '
+        'Predictions need at least one training point; without data the '
+        'outputs are those at initialization (the prior).')
   axes = (trace_axes,) if isinstance(trace_axes, int) else tuple(trace_axes)
   for axis in axes:
-    if not -ndim <= axis < ndim:
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
       raise ValueError(f'`trace_axes={trace_axes}` is out of range for '
-                       f'`y_train` of shape {y_train.shape}.')
-  traced = tuple(sorted({axis % ndim for axis in axes}))
-  if 0 in traced:
-    raise ValueError(
-        f'`trace_axes={trace_axes}` includes the batch axis 0 of `y_train` '
-        f'of shape {y_train.shape}. Only output axes can be traced: reshape '
-        '`y_train` to `(N, 1)`, or pass `trace_axes=()`.')
+                       f'`y_train` of shape {y_train.shape}: pass axes in '
+                       f'[{-ndim}, {ndim}).')
+  traced = tuple(sorted({int(axis) % ndim for axis in axes}))
   untraced = tuple(i for i in range(1, ndim) if i not in traced)
   return _Layout(untraced, traced)
 
 
 def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
-  """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`."""
-  rows = (0,) + tuple(2 + 2 * i for i in range(n_pairs))
-  cols = (1,) + tuple(3 + 2 * i for i in range(n_pairs))
+  """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`.
+
+  Args:
+    k: a kernel of pairs of axes.
+    n_pairs: its number of pairs of output axes: `k.ndim // 2 - 1`, or
+      `k.ndim // 2` when the batch axis is traced (no batch pair).
+
+  Returns:
+    The kernel as a matrix, rows from the first axis of each pair.
+  """
+  if k.ndim not in (2 * n_pairs, 2 * n_pairs + 2):
+    raise ValueError(f'A kernel of shape {k.shape} does not have '
+                     f'{n_pairs} pairs of output axes.')
+  rows, cols = tuple(range(0, k.ndim, 2)), tuple(range(1, k.ndim, 2))
   k = jnp.transpose(k, rows + cols)
   n_rows = math.prod(k.shape[:len(rows)])
-  return k.reshape(n_rows, -1)
+  return k.reshape(n_rows, math.prod(k.shape[len(rows):]))
 
 
 def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
@@ -61,17 +85,18 @@ def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
 
 
 def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
-  """`(N, O_1, ..., O_d)` -> `(N * untraced sizes, traced sizes)`."""
-  fx = jnp.transpose(fx, (0,) + layout.untraced + layout.traced)
-  n_rows = math.prod(fx.shape[:1 + len(layout.untraced)])
-  return fx.reshape(n_rows, -1)
+  """`(N, O_1, ..., O_d)` -> `(kept sizes, traced sizes)`."""
+  kept = layout.kept
+  fx = jnp.transpose(fx, kept + layout.traced)
+  return fx.reshape(math.prod(fx.shape[:len(kept)]),
+                    math.prod(fx.shape[len(kept):]))
 
 
 def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
                        layout: _Layout) -> Array:
   """Inverse of `_outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
   lead = m.shape[:-2]
-  order = (0,) + layout.untraced + layout.traced
+  order = layout.kept + layout.traced
   m = m.reshape(lead + tuple(shape[i] for i in order))
   inverse = tuple(int(i) for i in np.argsort(order))
   n_lead = len(lead)
@@ -81,16 +106,20 @@ def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
 
 def _test_shape(k_test_train: Array, y_train: Array,
                 layout: _Layout) -> tuple[int, ...]:
-  """Shape of the test outputs: test sizes of untraced axes, else train's."""
-  shape = [k_test_train.shape[0]] + list(y_train.shape[1:])
-  for i, axis in enumerate(layout.untraced):
-    shape[axis] = k_test_train.shape[2 + 2 * i]
+  """Shape of the test outputs: test sizes of kept axes, else train's.
+
+  With the batch axis traced, the test-train kernel relates each test point to
+  the training point of the same index, so there are as many of each.
+  """
+  shape = list(y_train.shape)
+  for i, axis in enumerate(layout.kept):
+    shape[axis] = k_test_train.shape[2 * i]
   return tuple(shape)
 
 
 def _test_row_shape(test_shape: tuple[int, ...],
                     layout: _Layout) -> tuple[int, ...]:
-  return (test_shape[0],) + tuple(test_shape[i] for i in layout.untraced)
+  return tuple(test_shape[i] for i in layout.kept)
 
 
 # Argument checks.
@@ -111,9 +140,11 @@ def _as_array_kernel(k: Any, name: str) -> Array:
 
 def _expected_kernel_shape(rows: Union[int, str], y_train: Array,
                            layout: _Layout) -> tuple[Any, ...]:
-  shape = [rows, y_train.shape[0]]
-  for axis in layout.untraced:
-    shape += ['*' if rows == '*' else y_train.shape[axis], y_train.shape[axis]]
+  """The kernel shape for `y_train`, with `rows` test points ('*': any)."""
+  shape = []
+  for axis in layout.kept:
+    size = y_train.shape[axis]
+    shape += [rows if axis == 0 else ('*' if rows == '*' else size), size]
   return tuple(shape)
 
 
@@ -123,21 +154,25 @@ def _check_kernel(k: Array, name: str, y_train: Array, layout: _Layout,
   n = y_train.shape[0]
   expected = _expected_kernel_shape(n if square else '*', y_train, layout)
   if k.ndim != len(expected):
+    pairs = ('the two batch axes, then a pair of axes for each output axis '
+             'not in `trace_axes`' if 0 not in layout.traced else
+             'no batch axes (the batch axis 0 is traced), a pair of axes for '
+             'each output axis not in `trace_axes`')
     raise ValueError(
         f'`{name}` has shape {k.shape}, but `y_train` of shape '
         f'{y_train.shape} with `trace_axes={trace_axes}` needs a kernel of '
-        f'shape {expected}: the two batch axes, then a pair of axes for each '
-        'output axis not in `trace_axes`. Compute the kernel with these '
+        f'shape {expected}: {pairs}. Compute the kernel with these '
         '`trace_axes`, or change `trace_axes`.')
-  if k.shape[1] != n or (square and k.shape[0] != n):
+  if 0 not in layout.traced and (k.shape[1] != n or
+                                 (square and k.shape[0] != n)):
     raise ValueError(
         f'`y_train` has {n} rows (shape {y_train.shape}) but `{name}` has '
         f'shape {k.shape}; expected {expected}. The kernel must relate the '
         'same training points that `y_train` labels: pass one `y_train` row '
         'per training point of the kernel.')
-  for i, axis in enumerate(layout.untraced):
-    if k.shape[3 + 2 * i] != y_train.shape[axis] or (
-        square and k.shape[2 + 2 * i] != y_train.shape[axis]):
+  for i, (got, want) in enumerate(zip(k.shape, expected)):
+    if want != '*' and got != want:
+      axis = layout.kept[i // 2]
       raise ValueError(
           f'`{name}` has shape {k.shape} but `y_train` has shape '
           f'{y_train.shape}: output axis {axis} of size {y_train.shape[axis]} '

@@ -66,11 +66,19 @@ def gradient_descent_mse(
     `t`: the number of steps, a scalar or an array of any shape (adding its
     shape as leading axes of the outputs); `None` is infinite time.
     `fx_train_0`: train outputs at `t = 0`, a scalar or shaped like `y_train`;
-    `None` skips train predictions (returned as `None`). `fx_test_0`: test
-    outputs at `t = 0` (zero if `k_test_train` is given without it).
+    `None` skips train predictions. `fx_test_0`: test outputs at `t = 0`;
+    `None` (the default) skips test predictions, even with `k_test_train`.
     `k_test_train`: test-train NTK, `(N_test, N)` plus output axis pairs.
-    It returns `fx_train_t`, or `(fx_train_t, fx_test_t)` when `k_test_train`
-    is given.
+    It returns `fx_train_t` (without `fx_test_0`), `fx_test_t` (with
+    `fx_train_0=None`; the train outputs then start at zero), or
+    `(fx_train_t, fx_test_t)`.
+
+    `trace_axes` may contain the batch axis 0: the kernel then has no batch
+    axes (as `nt.empirical_kernel_fn(f, trace_axes=trace_axes)` returns it),
+    acts as the identity across training examples, and each example evolves
+    on its own; for a scalar kernel `k`,
+    `f_t = y + exp(-s k / y_train.size) (f_0 - y)`. A test-train kernel then
+    relates test example `i` to training example `i` (as many of each).
 
   Raises:
     ValueError: if the kernel's shape does not match `y_train` and
@@ -83,7 +91,7 @@ def gradient_descent_mse(
     >>> predict_fn = nt.predict.gradient_descent_mse(
     ...     kernel_fn(x_train, None, 'ntk'), y_train)
     >>> fx_train_t, fx_test_t = predict_fn(
-    ...     t=jnp.array([1., 10.]), fx_train_0=0.,
+    ...     t=jnp.array([1., 10.]), fx_train_0=0., fx_test_0=0.,
     ...     k_test_train=kernel_fn(x_test, x_train, 'ntk'))
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
@@ -105,6 +113,11 @@ def gradient_descent_mse(
     if fx_test_0 is not None and k_test_train is None:
       raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
                        '`k_test_train` to predict on the test set.')
+    if fx_train_0 is None and fx_test_0 is None:
+      raise ValueError(
+          '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
+          'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
+          '`fx_test_0` with `k_test_train` for the test outputs.')
     tau, t_shape = _flow_times(t, rate, dtype)
     residual = y
     if fx_train_0 is not None:
@@ -119,15 +132,14 @@ def gradient_descent_mse(
       change = change.reshape(t_shape + change.shape[1:])
       fx_train_t = _lead(fx_train_0, t_shape) + _matrix_to_outputs(
           change, y_train.shape, layout)
-    if k_test_train is None:
+    if fx_test_0 is None:
       return fx_train_t
 
     k_test_train = _as_array_kernel(k_test_train, 'k_test_train')
     _check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
                   square=False)
     test_shape = _test_shape(k_test_train, y_train, layout)
-    fx_test_0 = _check_fx(0. if fx_test_0 is None else fx_test_0, test_shape,
-                          'fx_test_0')
+    fx_test_0 = _check_fx(fx_test_0, test_shape, 'fx_test_0')
     k_test = _kernel_to_matrix(k_test_train.astype(dtype),
                                len(layout.untraced))
     change = _scaled_product(k_test @ eig.evecs,
@@ -135,6 +147,8 @@ def gradient_descent_mse(
     change = change.reshape(t_shape + change.shape[1:])
     fx_test_t = _lead(fx_test_0, t_shape) + _matrix_to_outputs(
         change, test_shape, layout)
+    if fx_train_t is None:
+      return fx_test_t
     return fx_train_t, fx_test_t
 
   return predict_fn
