@@ -231,8 +231,7 @@ class GradientDescentMseTest(test_utils.NeuralTangentsTestCase):
     predict_fn = predict.gradient_descent_mse(k, y_train)
     self.assertEqual(predict_fn(1.).shape, (4, 1))
     self.assertEqual(predict_fn(jnp.ones((2, 3))).shape, (2, 3, 4, 1))
-    # Test outputs start at zero when only `k_test_train` is given.
-    fx_train, fx_test = predict_fn(0., 0., None, k[:2])
+    fx_train, fx_test = predict_fn(0., 0., 0., k[:2])
     self.assertAllClose(fx_test, jnp.zeros((2, 1)))
     self.assertAllClose(fx_train, jnp.zeros((4, 1)))
 
@@ -288,9 +287,9 @@ class GradientDescentMseTest(test_utils.NeuralTangentsTestCase):
     k = _random_psd(jax.random.PRNGKey(6), 6)
     y_train = jnp.ones((6, 2))
     predict_fn = predict.gradient_descent_mse(k, y_train, diag_reg=1e-3)
-    jitted = jax.jit(lambda t: predict_fn(t, 0., None, k[:3]))
+    jitted = jax.jit(lambda t: predict_fn(t, 0., 0., k[:3]))
     self.assertAllClose(jitted(jnp.array([1., 5.])),
-                        predict_fn(jnp.array([1., 5.]), 0., None, k[:3]))
+                        predict_fn(jnp.array([1., 5.]), 0., 0., k[:3]))
 
 
 class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
@@ -304,7 +303,7 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
     y_train = jax.random.normal(keys[1], (6, 1))  # Not in the kernel's range.
 
     predict_fn = predict.gradient_descent_mse(k_train_train, y_train)
-    fx_train, fx_test = predict_fn(None, 0., None, k_test_train)
+    fx_train, fx_test = predict_fn(None, 0., 0., k_test_train)
     pinv = jnp.linalg.pinv(k_train_train, hermitian=True)
     self.assertAllClose(fx_test, k_test_train @ pinv @ y_train, rtol=1e-8,
                         atol=1e-8)
@@ -314,7 +313,7 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
     # Finite times: the flow agrees with the minimum-norm linear model trained
     # in parameter space (closed form through its parameter-space Gram).
     times = jnp.array([0.5, 50.])
-    fx_train_t, fx_test_t = predict_fn(times, 0., None, k_test_train)
+    fx_train_t, fx_test_t = predict_fn(times, 0., 0., k_test_train)
     gram = features[:6].T @ features[:6] / y_train.size
     for i, t in enumerate(times):
       decay = jsp_linalg.expm(-gram * t)
@@ -325,7 +324,7 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(fx_test_t[i], features[6:] @ w_t, rtol=1e-7,
                           atol=1e-7)
     # Very long times: finite, and at the infinite-time answer.
-    self.assertAllClose(predict_fn(1e12, 0., None, k_test_train),
+    self.assertAllClose(predict_fn(1e12, 0., 0., k_test_train),
                         (fx_train, fx_test), rtol=1e-8, atol=1e-8)
 
   def test_ill_conditioned_kernel_stays_finite(self):
@@ -334,9 +333,9 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
     k = (evecs * evals[None]) @ evecs.T
     y_train = jnp.ones((6, 1))
     predict_fn = predict.gradient_descent_mse(k, y_train)
-    out = predict_fn(jnp.array([1., 1e20]), 0., None, k[:2])
+    out = predict_fn(jnp.array([1., 1e20]), 0., 0., k[:2])
     self.assertFinite(out)
-    self.assertFinite(predict_fn(None, 0., None, k[:2]))
+    self.assertFinite(predict_fn(None, 0., 0., k[:2]))
     gp = predict.gp_inference(k, y_train)('nngp', k[:2], k[:2, :2])
     self.assertFinite(gp)
 
@@ -364,7 +363,7 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
       predict.gp_inference(k, jnp.ones((4, 1)))()
     predict_fn = predict.gradient_descent_mse(k, jnp.ones((5, 1)))
     with self.assertRaisesRegex(ValueError, '`k_test_train`'):
-      predict_fn(1., 0., None, k[:2, :4])
+      predict_fn(1., 0., 0., k[:2, :4])
 
   def test_trace_axes_mismatch_raises(self):
     k = _random_psd(jax.random.PRNGKey(11), 5)
@@ -505,7 +504,7 @@ class EnsembleTest(test_utils.NeuralTangentsTestCase):
       single = predict.gradient_descent_mse(
           getattr(k_train_train, get), y_train, learning_rate=0.5,
           diag_reg=1e-2)
-      _, expected = single(times, 0., None, getattr(k_test_train, get))
+      _, expected = single(times, 0., 0., getattr(k_test_train, get))
       self.assertAllClose(ensemble(times, x_test, get), expected, rtol=1e-9,
                           atol=1e-9)
 
@@ -577,9 +576,9 @@ class GpInferenceTest(test_utils.NeuralTangentsTestCase):
                         rtol=1e-9, atol=1e-9)
     self.assertAllClose(cov, k_ss - k_s @ jnp.linalg.solve(k_noisy, k_s.T),
                         rtol=1e-9, atol=1e-9)
-    # Array kernels and `get=None`: one Gaussian; no `k_test_test`, no cov.
+    # Array kernels and `get=None`: one Gaussian; no `k_test_test`: the mean.
     self.assertAllClose(predict_fn(None, k_s, k_ss), (mean, cov))
-    self.assertIsNone(predict_fn(None, k_s).covariance)
+    self.assertAllClose(predict_fn(None, k_s), mean, rtol=0, atol=0)
 
   def test_ntk_is_infinitely_trained_network_posterior(self):
     nngp, ntk, y_train = self._kernels(jax.random.PRNGKey(21))
@@ -600,10 +599,8 @@ class GpInferenceTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(out.ntk.mean, a @ y_train, rtol=1e-9, atol=1e-9)
     self.assertAllClose(out.ntk.covariance, expected_cov, rtol=1e-9,
                         atol=1e-9)
-    # Predictions on the training set.
-    self.assertAllClose(predict_fn('ntk').mean,
-                        ntk[0] @ jnp.linalg.solve(theta, y_train), rtol=1e-9,
-                        atol=1e-9)
+    # Predictions on the training set interpolate: `diag_reg` is ignored.
+    self.assertAllClose(predict_fn('ntk'), y_train, rtol=0, atol=0)
 
 
 class GradientDescentTest(test_utils.NeuralTangentsTestCase):
@@ -858,10 +855,6 @@ class NtkGpTest(test_utils.NeuralTangentsTestCase):
             at_infinity.covariance,
             predict_fn(None, x_test, 'ntk', compute_cov=True).covariance),
         1e-2)
-    # On the training set, as with `x_test=x_train`.
-    self.assertAllClose(predict_fn(times, None, 'ntkgp', compute_cov=True),
-                        predict_fn(times, x_train, 'ntkgp', compute_cov=True),
-                        rtol=1e-9, atol=1e-9)
 
   def test_ntkgp_does_not_compute_the_nngp(self):
     x_train, y_train, x_test = _data(jax.random.PRNGKey(33))
@@ -920,7 +913,7 @@ class KernelFnKwargsTest(test_utils.NeuralTangentsTestCase):
     # The second entry of a self pair may be `None` or repeat the first.
     times = jnp.array([1., 10.])
     _, expected_mean = predict.gradient_descent_mse(
-        k.ntk, y_train, diag_reg=1e-3)(times, 0., None, k_s.ntk)
+        k.ntk, y_train, diag_reg=1e-3)(times, 0., 0., k_s.ntk)
     self.assertAllClose(
         predict_fn(times, x_test, 'ntk', pattern=(p_test, p_test)),
         expected_mean, rtol=1e-9, atol=1e-9)
@@ -964,6 +957,244 @@ class KernelFnKwargsTest(test_utils.NeuralTangentsTestCase):
         _relu_kernel_fn, x_train, y_train, rng=jax.random.PRNGKey(1))
     with self.assertRaisesRegex(ValueError, '`rng`.*same `rng`'):
       predict_fn(1., x_test, rng=jax.random.PRNGKey(2))
+
+
+class PublishedParityTest(test_utils.NeuralTangentsTestCase):
+  """Published Neural Tangents 0.6.5 behaviour of `predict` (issue 20,
+  items 12-17; issue 21, item 13)."""
+
+  def _gp_kernels(self, key, n_train=6, n_test=3):
+    keys = jax.random.split(key, 3)
+    nngp = _random_psd(keys[0], n_train + n_test)
+    ntk = nngp + _random_psd(keys[1], n_train + n_test)
+    y_train = jax.random.normal(keys[2], (n_train, 2))
+    split = lambda k: (k[:n_train, :n_train], k[n_train:, :n_train],
+                       k[n_train:, n_train:])
+    (k, k_s, k_ss), (t, t_s, t_ss) = split(nngp), split(ntk)
+    return _Kernels(k, t), _Kernels(k_s, t_s), _Kernels(k_ss, t_ss), y_train
+
+  def _assert_equal(self, actual, desired):
+    self.assertAllClose(actual, desired, rtol=0, atol=0)
+
+  def test_gp_inference_without_k_test_test_returns_means(self):
+    k, k_s, k_ss, y_train = self._gp_kernels(jax.random.PRNGKey(40))
+    predict_fn = predict.gp_inference(k, y_train, diag_reg=0.1)
+    full = predict_fn(('ntk', 'nngp'), k_s, k_ss)
+    # A string `get`: the mean array itself.
+    mean = predict_fn('ntk', k_s)
+    self.assertIsInstance(mean, jax.Array)
+    self.assertAllClose(mean, full.ntk.mean, rtol=1e-12, atol=1e-12)
+    theta = _relative_reg(k.ntk, 0.1)
+    self.assertAllClose(mean, k_s.ntk @ jnp.linalg.solve(theta, y_train),
+                        rtol=1e-9, atol=1e-9)
+    # A tuple `get`: a `Gaussians` namedtuple of mean arrays.
+    means = predict_fn(('ntk', 'nngp'), k_s)
+    self.assertEqual(type(means).__name__, 'Gaussians')
+    self.assertEqual(means._fields, ('ntk', 'nngp'))
+    for name in ('ntk', 'nngp'):
+      self.assertIsInstance(getattr(means, name), jax.Array)
+      self.assertAllClose(getattr(means, name), getattr(full, name).mean,
+                          rtol=1e-12, atol=1e-12)
+    # Array kernels, `get=None`: the NNGP mean.
+    self.assertAllClose(
+        predict.gp_inference(k.nngp, y_train, diag_reg=0.1)(None, k_s.nngp),
+        full.nngp.mean, rtol=1e-12, atol=1e-12)
+    # With `k_test_test`: `Gaussian(mean, covariance)` as before.
+    self.assertIsInstance(full.ntk, predict.Gaussian)
+    self.assertEqual(full.ntk.covariance.shape, (3, 3))
+
+  def test_gp_inference_on_training_set_ignores_diag_reg(self):
+    """`k_test_train=None`: mean `y_train`, zero covariance, NTK only."""
+    k, _, _, y_train = self._gp_kernels(jax.random.PRNGKey(41))
+    predict_fn = predict.gp_inference(k, y_train, diag_reg=0.1)
+    out = predict_fn(('nngp', 'ntk', 'ntkgp'), None, True)
+    for gaussian in out:
+      self._assert_equal(gaussian.mean, y_train)
+      self._assert_equal(gaussian.covariance, jnp.zeros((6, 6)))
+    self._assert_equal(predict_fn('ntk'), y_train)
+    # 'ntk' on the training set needs no NNGP, and `k_test_test` is a flag.
+    ntk_only = predict.gp_inference(_Kernels(None, k.ntk), y_train,
+                                    diag_reg=0.1)
+    self._assert_equal(ntk_only('ntk', None, True).covariance,
+                          jnp.zeros((6, 6)))
+    # The kernel is still checked against `y_train`.
+    with self.assertRaisesRegex(ValueError, '`y_train` has 5 rows'):
+      predict.gp_inference(k, y_train[:5])('ntk')
+
+  def test_ensemble_on_training_set_ignores_diag_reg(self):
+    x_train, y_train, _ = _data(jax.random.PRNGKey(42), out_dim=2)
+    gets = []
+
+    def recording_kernel_fn(x1, x2=None, get=None, **kwargs):
+      gets.append(get)
+      return _relu_kernel_fn(x1, x2, get, **kwargs)
+
+    regularized = predict.gradient_descent_mse_ensemble(
+        recording_kernel_fn, x_train, y_train, diag_reg=0.5)
+    # Infinite time: exactly the targets, zero covariance, no NNGP computed.
+    out = regularized(None, None, 'ntk', compute_cov=True)
+    self.assertEqual(gets, [('ntk',)])
+    self._assert_equal(out.mean, y_train)
+    self._assert_equal(out.covariance, jnp.zeros((6, 6)))
+    out = regularized(None, None, ('nngp', 'ntkgp'))
+    self._assert_equal(out.nngp, y_train)
+    self._assert_equal(out.ntkgp, y_train)
+    # Finite times: the flow of the unregularized kernel, `x_test=x_train`
+    # without `diag_reg`.
+    unregularized = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train)
+    times = jnp.array([0., 3., 30.])
+    for get in ('nngp', 'ntk', 'ntkgp'):
+      on_train = regularized(times, None, get, compute_cov=True)
+      self.assertAllClose(
+          on_train, unregularized(times, x_train, get, compute_cov=True),
+          rtol=1e-9, atol=1e-9)
+      # The check has power: the regularized flow differs.
+      self.assertGreater(
+          test_utils.relative_error(
+              on_train.mean[-1], regularized(times, x_train, get)[-1]), 1e-2)
+    # The closed form of the MSE flow, `y - exp(-Theta t / n) y`.
+    tau = 3. / y_train.size
+    expected = y_train - jsp_linalg.expm(
+        -tau * _relu_kernels(x_train, x_train).ntk) @ y_train
+    self.assertAllClose(regularized(3., None, 'ntk'), expected, rtol=1e-9,
+                        atol=1e-9)
+
+  def test_traced_batch_axis_scalar_kernel_closed_form(self):
+    """`f_t = y + exp(-lr t k / y.size) (f_0 - y)` for a scalar kernel."""
+    keys = jax.random.split(jax.random.PRNGKey(43), 2)
+    y_train = jax.random.normal(keys[0], (5, 2))
+    fx_train_0 = jax.random.normal(keys[1], (5, 2))
+    k, lr = jnp.array(3.), 0.7
+    times = jnp.array([0.5, 2., 10.])
+    decay = jnp.exp(-lr * times * k / y_train.size)[:, None, None]
+    expected = y_train[None] + decay * (fx_train_0 - y_train)[None]
+    mse = predict.gradient_descent_mse(k, y_train, lr, trace_axes=(0, -1))
+    self.assertAllClose(mse(times, fx_train_0), expected, rtol=1e-12,
+                        atol=1e-12)
+    self.assertAllClose(mse(None, fx_train_0), y_train, rtol=1e-12,
+                        atol=1e-12)
+    loss = lambda fx, y: 0.5 * jnp.mean((fx - y)**2)
+    ode = predict.gradient_descent(loss, k, y_train, lr, trace_axes=(-1, 0))
+    self.assertAllClose(ode(times, fx_train_0), expected, rtol=1e-6,
+                        atol=1e-6)
+
+    def scalar_kernel_fn(x1, x2=None, get=None, **kwargs):
+      del x1, x2, kwargs
+      return _Kernels(k / 3, k) if get is None else k
+    x_train = jnp.zeros((5, 1))
+    ensemble = predict.gradient_descent_mse_ensemble(
+        scalar_kernel_fn, x_train, y_train, lr, trace_axes=(0, 1))
+    self.assertAllClose(ensemble(times, None, 'ntk'),
+                        expected - decay * fx_train_0[None], rtol=1e-12,
+                        atol=1e-12)
+    self._assert_equal(ensemble(None, None, 'ntk'), y_train)
+
+  def test_traced_batch_axis_is_identity_across_examples(self):
+    """With repeated axes `(0, 0, -3)`, the same as `I_N (x) k` untraced."""
+    n, h, c = 4, 3, 2
+    keys = jax.random.split(jax.random.PRNGKey(44), 4)
+    features = jax.random.normal(keys[0], (2, h, c, 12))
+    k_all = jnp.einsum('ihap,jgbp->ijhgab', features, features) / 12
+    k, k_s = k_all[0, 0], k_all[1, 0]  # (h, h, c, c)
+    y_train = jax.random.normal(keys[1], (n, h, c))
+    fx_train_0 = jax.random.normal(keys[2], (n, h, c))
+    fx_test_0 = jax.random.normal(keys[3], (n, h, c))
+    eye = jnp.eye(n).reshape(n, n, 1, 1, 1, 1)
+    full, full_s = eye * k[None, None], eye * k_s[None, None]
+    traced = predict.gradient_descent_mse(k, y_train, 0.5,
+                                          trace_axes=(0, 0, -3))
+    untraced = predict.gradient_descent_mse(full, y_train, 0.5, trace_axes=())
+    for t in (2., None):
+      self.assertAllClose(traced(t, fx_train_0, fx_test_0, k_s),
+                          untraced(t, fx_train_0, fx_test_0, full_s),
+                          rtol=1e-9, atol=1e-9)
+
+  def test_traced_batch_axis_with_empirical_kernel(self):
+    stax = nt.stax
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(16), stax.Relu(),
+                                       stax.Dense(2))
+    x_train, y_train, _ = _data(jax.random.PRNGKey(45), n_train=4, out_dim=2)
+    _, params = init_fn(jax.random.PRNGKey(46), x_train.shape)
+    k = nt.empirical_ntk_fn(apply_fn, trace_axes=(0, -1))(x_train, None,
+                                                          params)
+    self.assertEqual(k.shape, ())
+    fx_train_0 = apply_fn(params, x_train)
+    predict_fn = predict.gradient_descent_mse(k, y_train, trace_axes=(0, -1))
+    self.assertEqual(predict_fn(1., fx_train_0).shape, y_train.shape)
+    self.assertAllClose(predict_fn(None, fx_train_0), y_train, rtol=1e-9,
+                        atol=1e-9)
+
+  def test_ensemble_passes_constructor_kwargs_unchanged(self):
+    stax = nt.stax
+    init_fn, apply_fn, _ = stax.Dense(1, 1.5, 0.1)
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(47), n_train=4,
+                                     n_test=2)
+    _, params = init_fn(jax.random.PRNGKey(48), x_train.shape)
+    self.assertIsInstance(params, tuple)
+    self.assertLen(params, 2)  # `(W, b)`, not a pair of per-side values.
+    calls = []
+    empirical = nt.empirical_kernel_fn(apply_fn)
+
+    def recording_kernel_fn(x1, x2=None, get=None, **kwargs):
+      calls.append(kwargs['params'])
+      return empirical(x1, x2, get, **kwargs)
+
+    ensemble = predict.gradient_descent_mse_ensemble(
+        recording_kernel_fn, x_train, y_train, diag_reg=1e-2, params=params)
+    out = ensemble(None, x_test, 'ntk', compute_cov=True)
+    self.assertLen(calls, 3)
+    for value in calls:
+      self.assertIs(value, params)
+    kernels = lambda a, b: empirical(a, b, ('nngp', 'ntk'), params=params)
+    expected = predict.gp_inference(kernels(x_train, None), y_train,
+                                    diag_reg=1e-2)(
+                                        'ntk', kernels(x_test, x_train),
+                                        kernels(x_test, None))
+    self.assertAllClose(out, expected, rtol=1e-9, atol=1e-9)
+
+  def test_mse_skips_outputs_whose_initial_values_are_none(self):
+    k = _random_psd(jax.random.PRNGKey(49), 7)
+    y_train = jax.random.normal(jax.random.PRNGKey(50), (5, 1))
+    predict_fn = predict.gradient_descent_mse(k[:5, :5], y_train)
+    both = predict_fn(2., 0.5, 0.25, k[5:, :5])
+    train_only = predict_fn(2., 0.5, None, k[5:, :5])
+    self.assertIsInstance(train_only, jax.Array)
+    self.assertAllClose(train_only, both[0], rtol=1e-12, atol=1e-12)
+    test_only = predict_fn(2., None, 0.25, k[5:, :5])
+    self.assertIsInstance(test_only, jax.Array)
+    self.assertAllClose(test_only, predict_fn(2., 0., 0.25, k[5:, :5])[1],
+                        rtol=1e-12, atol=1e-12)
+    with self.assertRaisesRegex(ValueError, '`fx_train_0` and `fx_test_0`'):
+      predict_fn(2., None, None, k[5:, :5])
+
+  def test_ntk_covariance_of_bare_arrays_raises(self):
+    k, k_s, k_ss, y_train = self._gp_kernels(jax.random.PRNGKey(51))
+    predict_fn = predict.gp_inference(k.ntk, y_train)
+    with self.assertRaisesRegex(ValueError,
+                                '`k_train_train` is a bare array.*nngp.*ntk'):
+      predict_fn('ntk', k_s.ntk, k_ss.ntk)
+    with self.assertRaisesRegex(ValueError, '`k_test_test` is a bare array'):
+      predict.gp_inference(k, y_train)('ntk', k_s, k_ss.nngp)
+    # Means, and the one-kernel posteriors, still take arrays.
+    self.assertEqual(predict_fn('ntk', k_s.ntk).shape, (3, 2))
+    self.assertEqual(predict_fn('ntkgp', k_s.ntk, k_ss.ntk).covariance.shape,
+                     (3, 3))
+
+  def test_empty_inputs(self):
+    """No training points: an error; no test points: empty outputs."""
+    k, _, _, _ = self._gp_kernels(jax.random.PRNGKey(52))
+    with self.assertRaisesRegex(ValueError,
+                                r'`y_train` has shape \(0, 2\).*at least one'):
+      predict.gp_inference(k.ntk[:0, :0], jnp.zeros((0, 2)))
+    x_train, y_train, x_test = _data(jax.random.PRNGKey(53), out_dim=2)
+    ensemble = predict.gradient_descent_mse_ensemble(
+        _relu_kernel_fn, x_train, y_train, diag_reg=1e-3)
+    out = ensemble(jnp.array([1., 2.]), x_test[:0], compute_cov=True)
+    for gaussian in out:
+      self.assertEqual(gaussian.mean.shape, (2, 0, 2))
+      self.assertEqual(gaussian.covariance.shape, (2, 0, 0))
+    self.assertEqual(ensemble(None, x_test[:0], 'ntk').shape, (0, 2))
 
 
 if __name__ == '__main__':

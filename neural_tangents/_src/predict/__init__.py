@@ -28,7 +28,9 @@ Conventions (the published Neural Tangents ones):
   `N1` to `N2` points therefore has shape `(N1, N2)` followed by one pair of
   axes `(O_i, O_i')` for each output axis not in `trace_axes`, interleaved as
   in `nt.Kernel`: `trace_axes=(-1,)` and `y_train` of shape `(N, O)` need an
-  `(N, N)` kernel, `trace_axes=()` an `(N, N, O, O)` one.
+  `(N, N)` kernel, `trace_axes=()` an `(N, N, O, O)` one. The batch axis 0
+  may be traced too: the kernel then has no batch axes (`trace_axes=(0, -1)`
+  needs a scalar kernel) and each training example evolves on its own.
 * Kernels. Functions of one kernel take arrays. `gp_inference` also takes
   `nt.Kernel` objects or namedtuples with `nngp` / `ntk` fields, and selects
   with `get`: 'nngp' (the NNGP posterior, or training only the readout),
@@ -39,7 +41,8 @@ Conventions (the published Neural Tangents ones):
   train-train kernel `K` that is inverted (the NTK for 'ntk' and 'ntkgp', the
   NNGP for 'nngp'); no other kernel is changed (in particular not the NNGP
   prior of 'ntk' covariances). It acts as observation noise (GP inference)
-  or ridge regularization (kernel regression).
+  or ridge regularization (kernel regression). Predictions on the training
+  points themselves ignore it: at infinite time they are `y_train`.
 * Singular kernels. Eigenvalues of the (regularized) `n x n` train-train
   kernel at or below `4 sqrt(n) eps(dtype) lambda_max`, the round-off level of
   a computed kernel, are treated as exactly zero: those directions do not move

@@ -215,7 +215,10 @@ def gradient_descent_mse_ensemble(
     `predict_fn(t=None, x_test=None, get=None, compute_cov=False,
     **kernel_fn_test_test_kwargs)`: `t` a number of steps, an array of them
     (leading axes of the outputs), or `None` (infinite time); `x_test=None`
-    predicts on the training inputs (with unregularized test kernels);
+    predicts on the training inputs, ignoring `diag_reg` (the flow of the
+    unregularized kernel; at infinite time exactly `y_train` with zero
+    covariance, without computing the NNGP for 'ntk'); an empty `x_test`
+    gives empty outputs;
     `kernel_fn_test_test_kwargs` are the kwargs of `kernel_fn(x_test, None)`
     (see above). Returns for each `get` in 'nngp', 'ntk', 'ntkgp' (a
     namedtuple with fields in the order of `get` for a tuple, `('nngp',
