@@ -40,9 +40,9 @@ def _layout(y_train: Array, trace_axes: Axes) -> _Layout:
                      f'training point); got a scalar of shape {y_train.shape}.')
   if y_train.shape[0] == 0:
     raise ValueError(
-        f'`y_train` has shape {y_train.shape}: no training points. '
-        'Predictions need at least one training point; without data the '
-        'outputs are those at initialization (the prior).')
+        f'`y_train` has shape {y_train.shape}: no training points. Pass at '
+        'least one training point (with no data, the predictions are the '
+        'outputs at initialization: the prior).')
   axes = (trace_axes,) if isinstance(trace_axes, int) else tuple(trace_axes)
   for axis in axes:
     if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
