@@ -470,27 +470,37 @@ class FourDevicesTest(BatchTestCase):
 
 class ModuleLayoutTest(BatchTestCase):
 
-  def test_split_modules_are_reexported(self):
+  def test_old_module_paths_reexport_the_package(self):
     from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_assembly  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_split  # pylint: disable=g-import-not-at-top
-    for name in ('partition_static', 'merge_static', '_Grid', '_classify_kwarg',
-                 '_is_array', '_take', '_stack'):
-      self.assertIs(getattr(batching, name), getattr(batching_split, name))
-    for name in ('_Assembler', '_leaf_specs', '_transpose_pair', '_Role'):
-      self.assertIs(getattr(batching, name), getattr(batching_assembly, name))
+    from neural_tangents._src.batching import assembly  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import split  # pylint: disable=g-import-not-at-top
+    for name in ('partition_static', 'merge_static', 'Grid', 'classify_kwarg',
+                 'is_array', 'take', 'stack'):
+      self.assertIs(getattr(batching_split, name), getattr(split, name))
+    for name in ('Assembler', 'leaf_specs', 'transpose_pair', 'Role'):
+      self.assertIs(getattr(batching_assembly, name), getattr(assembly, name))
     self.assertIs(nt.batch, batching.batch)
 
+  def test_monte_carlo_uses_only_public_batching_names(self):
+    import inspect  # pylint: disable=g-import-not-at-top
+    import re  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src import monte_carlo  # pylint: disable=g-import-not-at-top
+    source = inspect.getsource(monte_carlo)
+    self.assertEqual(re.findall(r'batching\._\w+', source), [])
+    self.assertIn('batching.batched(', source)
+
   def test_transposed_blocks_only_for_layer_kernel_fns(self):
-    from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import batch as batching  # pylint: disable=g-import-not-at-top
     _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
     x = jnp.ones((4, 3))
-    block_fn = batching._BlockFunction(kernel_fn, jax.local_devices()[:1])
-    analytic = batching._Computation(kernel_fn, block_fn, x, None, (), {}, 2,
+    block_fn = batching.BlockFunction(kernel_fn, jax.local_devices()[:1])
+    analytic = batching.Computation(kernel_fn, block_fn, x, None, (), {}, 2,
                                      True, False)
     self.assertTrue(analytic.analytic)
     plain = lambda x1, x2=None, get=None: kernel_fn(x1, x2, get)
-    other = batching._Computation(plain, block_fn, x, None, (), {}, 2, True,
+    other = batching.Computation(plain, block_fn, x, None, (), {}, 2, True,
                                   False)
     self.assertFalse(other.analytic)
 
