@@ -55,7 +55,7 @@ def import_zarr() -> Any:
     raise ImportError(
         '`store=` needs the optional `zarr` package, which is not installed. '
         'Run `pip install "neural-tangents[store]"` (or `pip install '
-        '"zarr>=2.16"`), or pass store=None.') from None
+        '"zarr>=3"`), or pass store=None.') from None
   return zarr
 
 
@@ -233,17 +233,17 @@ class Store:
     """The zarr array of leaf `name`, created (filled with NaN) if absent."""
     name = _leaf_directory(name)
     fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
-    arr = self.zarr.open_array(
-        os.path.join(self.path, name), mode='a', shape=shape,
-        dtype=np.dtype(dtype), chunks=chunks, fill_value=fill)
+    directory = os.path.join(self.path, name)
+    if os.path.exists(os.path.join(directory, 'zarr.json')):
+      arr = self.zarr.open_array(directory, mode='r+')
+    else:
+      arr = self.zarr.create_array(
+          directory, shape=shape, dtype=np.dtype(dtype), chunks=chunks,
+          fill_value=fill,
+          # Kernels hardly compress; compressing would cost time per block.
+          compressors=None)
     self.arrays[name] = arr
     return arr
-
-  def open_arrays(self, names: Iterable[str]) -> list[Any]:
-    """The arrays `names` opened for reading (in this process)."""
-    return [self.zarr.open_array(os.path.join(self.path,
-                                              _leaf_directory(n)), mode='r')
-            for n in names]
 
   def mark_complete(self, task: Task,
                     chunks: Iterable[tuple[str, tuple[int, ...]]]) -> None:
