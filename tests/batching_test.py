@@ -377,6 +377,54 @@ class ProgressTest(BatchTestCase):
         nt.batch(kernel_fn, 3, progress=True)
 
 
+class EdgeCasesTest(BatchTestCase):
+
+  @parameterized.named_parameters(('float64', np.float64, 1e-15),
+                                  ('float32', np.float32, 1e-6))
+  def test_symmetric_blocks_equal_unbatched_on_the_batch_diagonal(
+      self, dtype, rtol):
+    # Diagonal blocks are `x1 is x2` blocks: the NNGP and NTK of an example
+    # with itself have the exact angle 0, as in the unbatched kernel (a
+    # jitted block used to give arccos(1 - eps): 5.6e-9 relative in float64).
+    _, _, kernel_fn = stax.serial(stax.Dense(16, W_std=1.5, b_std=0.1),
+                                  stax.Relu(),
+                                  stax.Dense(16, W_std=1.5, b_std=0.1),
+                                  stax.Relu(), stax.Dense(1))
+    x = np.random.default_rng(0).standard_normal((7, 3)).astype(dtype)
+    desired = kernel_fn(x, None, ('nngp', 'ntk'))
+    actual = nt.batch(kernel_fn, 3)(x, None, ('nngp', 'ntk'))
+    for name in ('nngp', 'ntk'):
+      a, d = np.asarray(getattr(actual, name)), np.asarray(getattr(desired,
+                                                                   name))
+      self.assertEqual(a.dtype, dtype)
+      np.testing.assert_allclose(np.diag(a), np.diag(d), rtol=rtol, atol=0)
+      np.testing.assert_allclose(a, d, rtol=rtol, atol=rtol * np.abs(d).max())
+
+  def test_symmetric_pair_keyword_of_equal_arrays(self):
+    # `x2=None` with `pattern=(p, p)` is `pattern=(p, None)`.
+    _, _, kernel_fn = stax.serial(stax.Dense(16), stax.Relu(),
+                                  stax.Aggregate(), stax.Dense(1))
+    x, _ = _inputs(5, 1, (4, 2))
+    p = random.bernoulli(random.PRNGKey(6), 0.5, (5, 4, 4)).astype(float)
+    desired = kernel_fn(x, None, 'ntk', pattern=(p, p))
+    self.assertAllClose(nt.batch(kernel_fn, 2)(x, None, 'ntk',
+                                               pattern=(p, p)), desired)
+    self.assertAllClose(nt.batch(kernel_fn, 2)(x, None, 'ntk',
+                                               pattern=(p, None)), desired)
+
+  @parameterized.named_parameters(('x2_none', None), ('x2_empty', 0),
+                                  ('x2_given', 2))
+  def test_no_examples_give_an_empty_kernel(self, n2):
+    _, _, kernel_fn = _network()
+    x1 = np.zeros((0, 3))
+    x2 = None if n2 is None else np.ones((n2, 3))
+    for batch_size, store_on_device in ((0, True), (2, True), (2, False)):
+      k = nt.batch(kernel_fn, batch_size, store_on_device=store_on_device)(
+          x1, x2, 'ntk')
+      self.assertEqual(k.shape, (0, 0 if n2 is None else n2))
+      self.assertIsInstance(k, jax.Array if store_on_device else np.ndarray)
+
+
 class ErrorsTest(BatchTestCase):
 
   def test_negative_batch_size(self):
@@ -394,8 +442,9 @@ class ErrorsTest(BatchTestCase):
     _, _, kernel_fn = _network()
     n = jax.local_device_count()
     with self.assertRaisesRegex(
-        ValueError, rf'`device_count`={n + 1} is larger than the {n} local '
-        r'device\(s\).*Pass -1'):
+        ValueError, rf'`device_count` must be -1 \(every device\) or between '
+        rf'0 and {n} \(the devices of all 1 process\(es\).*got {n + 1}\. '
+        rf'Pass -1 to use every device, or a number up to {n}'):
       nt.batch(kernel_fn, 2, device_count=n + 1)
     with self.assertRaisesRegex(ValueError, '`device_count` must be -1'):
       nt.batch(kernel_fn, 2, device_count=-2)
