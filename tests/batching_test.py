@@ -523,13 +523,13 @@ class ModuleLayoutTest(BatchTestCase):
     from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_assembly  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_split  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src.batching import assembly  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src.batching import split  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import assembling  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import splitting  # pylint: disable=g-import-not-at-top
     for name in ('partition_static', 'merge_static', 'Grid', 'classify_kwarg',
                  'is_array', 'take', 'stack'):
-      self.assertIs(getattr(batching_split, name), getattr(split, name))
+      self.assertIs(getattr(batching_split, name), getattr(splitting, name))
     for name in ('Assembler', 'leaf_specs', 'transpose_pair', 'Role'):
-      self.assertIs(getattr(batching_assembly, name), getattr(assembly, name))
+      self.assertIs(getattr(batching_assembly, name), getattr(assembling, name))
     self.assertIs(nt.batch, batching.batch)
 
   def test_monte_carlo_uses_only_public_batching_names(self):

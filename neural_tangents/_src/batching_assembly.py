@@ -1,12 +1,12 @@
-"""Old import path of `neural_tangents._src.batching.assembly` (re-exported).
+"""Old import path of `neural_tangents._src.batching.assembling` (re-exported).
 
 Example:
   >>> Role.PAIR.name
   'PAIR'
 """
 # pylint: disable=unused-import
-from neural_tangents._src.batching.assembly import Assembler
-from neural_tangents._src.batching.assembly import leaf_specs
-from neural_tangents._src.batching.assembly import LeafSpec
-from neural_tangents._src.batching.assembly import Role
-from neural_tangents._src.batching.assembly import transpose_pair
+from neural_tangents._src.batching.assembling import Assembler
+from neural_tangents._src.batching.assembling import leaf_specs
+from neural_tangents._src.batching.assembling import LeafSpec
+from neural_tangents._src.batching.assembling import Role
+from neural_tangents._src.batching.assembling import transpose_pair

@@ -17,7 +17,7 @@ spatial axes `(S_k, S_k')`), so only the blocks on and above the diagonal are
 computed.
 
 Splitting the blocks off a call and assembling their outputs are in
-`split` and `assembly`; dividing blocks over processes in `processes`; the
+`splitting` and `assembling`; dividing blocks over processes in `processes`; the
 on-disk store in `store`.
 
 Example:
@@ -40,21 +40,21 @@ import numpy as np
 
 from neural_tangents._src import empirical
 from neural_tangents._src.batching import options
-from neural_tangents._src.batching.assembly import Assembler
-from neural_tangents._src.batching.assembly import leaf_specs
-from neural_tangents._src.batching.assembly import LeafSpec
-from neural_tangents._src.batching.assembly import Role
-from neural_tangents._src.batching.split import classify_kwarg
-from neural_tangents._src.batching.split import Grid
-from neural_tangents._src.batching.split import is_array
-from neural_tangents._src.batching.split import leaves_with_axes
-from neural_tangents._src.batching.split import merge_static
-from neural_tangents._src.batching.split import partition_static
-from neural_tangents._src.batching.split import Split
-from neural_tangents._src.batching.split import stack
-from neural_tangents._src.batching.split import Static
-from neural_tangents._src.batching.split import take
-from neural_tangents._src.batching.split import Task
+from neural_tangents._src.batching.assembling import Assembler
+from neural_tangents._src.batching.assembling import leaf_specs
+from neural_tangents._src.batching.assembling import LeafSpec
+from neural_tangents._src.batching.assembling import Role
+from neural_tangents._src.batching.splitting import classify_kwarg
+from neural_tangents._src.batching.splitting import Grid
+from neural_tangents._src.batching.splitting import is_array
+from neural_tangents._src.batching.splitting import leaves_with_axes
+from neural_tangents._src.batching.splitting import merge_static
+from neural_tangents._src.batching.splitting import partition_static
+from neural_tangents._src.batching.splitting import Split
+from neural_tangents._src.batching.splitting import stack
+from neural_tangents._src.batching.splitting import Static
+from neural_tangents._src.batching.splitting import take
+from neural_tangents._src.batching.splitting import Task
 from neural_tangents._src.batching.processes import ProcessGroup
 from neural_tangents._src.batching.store import fingerprint_of
 from neural_tangents._src.batching.store import import_zarr

@@ -36,9 +36,9 @@ from typing import Any, Callable, Iterable, Optional
 import jax
 import numpy as np
 
-from neural_tangents._src.batching.split import is_array
-from neural_tangents._src.batching.split import partition_static
-from neural_tangents._src.batching.split import Task
+from neural_tangents._src.batching.splitting import is_array
+from neural_tangents._src.batching.splitting import partition_static
+from neural_tangents._src.batching.splitting import Task
 
 _FINGERPRINT = 'fingerprint.json'
 _COMPLETE = 'complete'

@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src.batching.split import Grid
-from neural_tangents._src.batching.split import Task
+from neural_tangents._src.batching.splitting import Grid
+from neural_tangents._src.batching.splitting import Task
 from neural_tangents._src.utils.kernel import Kernel
 
 
