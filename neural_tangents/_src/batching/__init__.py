@@ -1,6 +1,6 @@
 """Batching kernel computations over blocks of inputs, processes and disk.
 
-`batch` (in `batch.py`) computes a kernel function on blocks of its inputs and
+`batch` (in `blockwise.py`) computes a kernel function on blocks of its inputs and
 assembles them. The package's modules, one concept each:
 
 * `splitting`: cutting one call into blocks (`Grid`, `Task`) and splitting
@@ -16,8 +16,8 @@ assembles them. The package's modules, one concept each:
 The old module paths `neural_tangents._src.batching_split` and
 `neural_tangents._src.batching_assembly` re-export them.
 """
-from neural_tangents._src.batching.batch import batch
-from neural_tangents._src.batching.batch import batched
+from neural_tangents._src.batching.blockwise import batch
+from neural_tangents._src.batching.blockwise import batched
 from neural_tangents._src.batching.options import check_batch_size
 from neural_tangents._src.batching.options import progress_bar_class
 from neural_tangents._src.batching.options import select_devices
