@@ -108,11 +108,14 @@ def kernels(n: int, batch_size: int, store: Optional[str] = None
 
   out, counts = {}, {}
   for name, kernel_fn, inputs, args, kwargs in (
-      ('cnn', cnn, images, ('ntk',), {'store': store}),
+      # Into the store (if any), or gathered into host memory.
+      ('cnn', cnn, images, ('ntk',), {'store': store,
+                                      'store_on_device': False}),
+      # Gathered onto each process's default device.
       ('empirical', empirical_ntk, x, (params,), {}),
-      ('monte_carlo', monte_carlo, x, ('ntk',), {}),
+      ('monte_carlo', monte_carlo, x, ('ntk',), {'store_on_device': False}),
   ):
-    batched = nt.batch(kernel_fn, batch_size, store_on_device=False,
+    batched = nt.batch(kernel_fn, batch_size,
                        **{k: v for k, v in kwargs.items() if v is not None})
     out[name] = np.asarray(batched(inputs, None, *args))
     counts[name] = batched.block_counts
