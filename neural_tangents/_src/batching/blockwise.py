@@ -567,18 +567,24 @@ class Computation:
     if self.progress:
       bar = options.progress_bar_class()(
           total=sum(map(len, phases)), desc='kernel blocks', unit='block')
+    dealt = 0
     try:
       for phase in phases:
         missing = [t for t in phase if (t.i, t.j) not in done]
         self.from_store += len(phase) - len(missing)
         if bar is not None:
           bar.update(len(phase) - len(missing))
+        if not missing:  # The same on every process: they all read `done`.
+          continue
+        arranged = self.group.arrange(missing, dealt)
+        dealt += len(missing)
         if store is not None:
-          for task, out in self._run_tasks(self.group.share(missing), bar):
+          for task, out in self._run_tasks(self.group.share(arranged), bar):
             assembler.add(task, out)
             store.mark_complete(task, assembler.take_written())
         else:
-          self._gather(missing, self._block_shapes(phase[0]), assembler, bar)
+          self._gather(arranged, self._block_shapes(phase[0]), assembler,
+                       bar)
     finally:
       if bar is not None:
         bar.close()
@@ -594,9 +600,9 @@ class Computation:
         jax.tree_util.tree_structure(template), leaves)
     return self._fix_kernels(out)
 
-  def _gather(self, tasks: list[Task], template: Any, assembler: Assembler,
-              bar: Any) -> None:
-    """Computes this process's share of `tasks`; every process adds all."""
+  def _gather(self, tasks: list[Optional[Task]], template: Any,
+              assembler: Assembler, bar: Any) -> None:
+    """Computes this process's share of arranged `tasks`; all add every one."""
     outputs = self._run_tasks(self.group.share(tasks), bar)
     zeros = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype),
                                    template)

@@ -3,7 +3,8 @@
 With JAX's distributed runtime initialized (`jax.distributed.initialize`,
 `jax.process_count() > 1`), every process runs the same batched call. Each
 computes the blocks `k` with `k % process_count == process_index` of the
-list of blocks to compute (the same list on every process), and the
+list of blocks to compute (the same list on every process; the diagonal
+blocks of a symmetric call, then the others, continuing the deal), and the
 outputs are shared with `jax.experimental.multihost_utils.process_allgather`,
 one block per process at a time, so that every process assembles the same
 result. With an on-disk store nothing is gathered: each process writes its
@@ -11,7 +12,7 @@ blocks and waits for the others (`sync_global_devices`).
 
 Example:
   >>> group = ProcessGroup.current()
-  >>> group.share(['a', 'b', 'c'])  # one process: every block
+  >>> group.share(group.arrange(['a', 'b', 'c']))  # one process: all
   ['a', 'b', 'c']
 """
 import dataclasses
@@ -36,18 +37,27 @@ class ProcessGroup:
   def distributed(self) -> bool:
     return self.count > 1
 
-  def share(self, tasks: Sequence[Any]) -> list[Any]:
-    """The tasks of `tasks` this process computes."""
-    return list(tasks[self.index::self.count])
+  def arrange(self, tasks: Sequence[Any], offset: int = 0) -> list[Any]:
+    """`tasks` after `offset % count` empty slots (`None`).
 
-  def rounds(self, tasks: Sequence[Any]) -> int:
-    """How many gathers share `tasks` (the longest share)."""
-    return -(-len(tasks) // self.count)
+    Task `k` of the result goes to process `k % count`: with `offset` the
+    number of tasks dealt before, consecutive lists continue the deal, so
+    that the processes' shares differ by at most one task overall.
+    """
+    return [None] * (offset % self.count) + list(tasks)
 
-  def owner_tasks(self, tasks: Sequence[Any], round_index: int
+  def share(self, arranged: Sequence[Any]) -> list[Any]:
+    """The tasks of an `arrange`d list this process computes."""
+    return [t for t in arranged[self.index::self.count] if t is not None]
+
+  def rounds(self, arranged: Sequence[Any]) -> int:
+    """How many gathers share an `arrange`d list (the longest share)."""
+    return -(-len(arranged) // self.count)
+
+  def owner_tasks(self, arranged: Sequence[Any], round_index: int
                   ) -> list[Any]:
-    """`[task of process p in round round_index or None for p]`."""
-    return [tasks[k] if k < len(tasks) else None
+    """`[task of process p in round round_index, or None]` for every `p`."""
+    return [arranged[k] if k < len(arranged) else None
             for k in range(round_index * self.count,
                            (round_index + 1) * self.count)]
 
