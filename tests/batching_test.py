@@ -442,9 +442,9 @@ class ErrorsTest(BatchTestCase):
     _, _, kernel_fn = _network()
     n = jax.local_device_count()
     with self.assertRaisesRegex(
-        ValueError, rf'`device_count` must be -1 \(every device\) or between '
-        rf'0 and {n} \(the devices of all 1 process\(es\).*got {n + 1}\. '
-        rf'Pass -1 to use every device, or a number up to {n}'):
+        ValueError, rf'`device_count`={n + 1} is larger than the {n} '
+        r'device\(s\) of all 1 process\(es\).*Pass -1 to use every device, '
+        rf'or a number up to {n}'):
       nt.batch(kernel_fn, 2, device_count=n + 1)
     with self.assertRaisesRegex(ValueError, '`device_count` must be -1'):
       nt.batch(kernel_fn, 2, device_count=-2)

@@ -53,12 +53,15 @@ def select_devices(device_count: Any) -> list[Any]:
   processes = jax.process_count()
   if device_count == -1:
     return local
-  if device_count < -1 or device_count > total:
+  if device_count < -1:
     raise ValueError(
-        f'`device_count` must be -1 (every device) or between 0 and {total} '
-        f'(the devices of all {processes} process(es), '
-        f'{jax.default_backend()}); got {device_count}. Pass -1 to use every '
-        f'device, or a number up to {total}.')
+        f'`device_count` must be -1 (every device) or between 0 and {total}; '
+        f'got {device_count}. Pass -1 to use every device.')
+  if device_count > total:
+    raise ValueError(
+        f'`device_count`={device_count} is larger than the {total} device(s) '
+        f'of all {processes} process(es) ({jax.default_backend()}). Pass -1 '
+        f'to use every device, or a number up to {total}.')
   if processes > 1 and device_count > 0 and device_count % processes:
     raise ValueError(
         f'`device_count`={device_count} must be a multiple of the number of '
