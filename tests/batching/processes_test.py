@@ -21,6 +21,12 @@ import numpy as np
 
 from tests import test_utils
 
+try:
+  import zarr  # pylint: disable=g-import-not-at-top,unused-import
+  _HAVE_ZARR = True
+except ImportError:  # The `store` extra (in the `test` extra) is missing.
+  _HAVE_ZARR = False
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 _RECIPE = os.path.join(_ROOT, 'examples', 'multihost_kernel.py')
@@ -76,6 +82,7 @@ def run_processes(n_processes: int, directory: str, *flags: str
   return results
 
 
+@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
 class TwoProcessesTest(test_utils.NeuralTangentsTestCase):
 
   def test_two_processes_compute_each_block_once_and_agree(self):

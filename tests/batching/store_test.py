@@ -23,6 +23,12 @@ import neural_tangents as nt
 from neural_tangents import stax
 from tests import test_utils
 
+try:
+  import zarr  # pylint: disable=g-import-not-at-top,unused-import
+  _HAVE_ZARR = True
+except ImportError:  # The `store` extra (in the `test` extra) is missing.
+  _HAVE_ZARR = False
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
@@ -36,6 +42,7 @@ def _inputs(n=7, seed=0):
   return np.random.default_rng(seed).standard_normal((n, 3))
 
 
+@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
 class StoreTest(test_utils.NeuralTangentsTestCase):
 
   def setUp(self):
@@ -151,6 +158,7 @@ _SLOW_STORE_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
 class KilledRunTest(test_utils.NeuralTangentsTestCase):
 
   def test_sigkill_then_restart_recomputes_only_missing_blocks(self):
