@@ -39,6 +39,7 @@ TESTS_REQUIRE = [
     'pytest>=7',
     'pytest-xdist>=3',
     'scipy>=1.10',
+    'zarr>=3',
 ] + EXAMPLES_REQUIRE
 
 setuptools.setup(
@@ -57,6 +58,8 @@ setuptools.setup(
         'test': TESTS_REQUIRE,
         'examples': EXAMPLES_REQUIRE,
         'progress': ['tqdm>=4'],
+        # `nt.batch(..., store=path)`: the resumable on-disk kernel.
+        'store': ['zarr>=3'],
         # `examples/datasets.py --dataset=mnist|cifar10|imdb_reviews`, with
         # the data already prepared locally.
         'tfds': ['tensorflow-datasets>=4.9'],

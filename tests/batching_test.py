@@ -377,6 +377,49 @@ class ProgressTest(BatchTestCase):
         nt.batch(kernel_fn, 3, progress=True)
 
 
+class EdgeCasesTest(BatchTestCase):
+
+  @parameterized.named_parameters(('float64', np.float64, 1e-15),
+                                  ('float32', np.float32, 1e-6))
+  def test_symmetric_blocks_equal_unbatched_on_the_batch_diagonal(
+      self, dtype, rtol):
+    # Diagonal blocks are `x1 is x2` blocks: the NNGP and NTK of an example
+    # with itself have the exact angle 0, as in the unbatched kernel (a
+    # jitted block used to give arccos(1 - eps): 5.6e-9 relative in float64).
+    _, _, kernel_fn = _network()
+    x = np.random.default_rng(0).standard_normal((7, 3)).astype(dtype)
+    desired = kernel_fn(x, None, ('nngp', 'ntk'))
+    actual = nt.batch(kernel_fn, 3)(x, None, ('nngp', 'ntk'))
+    for name in ('nngp', 'ntk'):
+      a, d = np.asarray(getattr(actual, name)), np.asarray(getattr(desired,
+                                                                   name))
+      self.assertEqual(a.dtype, dtype)
+      np.testing.assert_allclose(np.diag(a), np.diag(d), rtol=rtol, atol=0)
+      np.testing.assert_allclose(a, d, rtol=rtol, atol=rtol * np.abs(d).max())
+
+  def test_symmetric_pair_keyword_of_equal_arrays(self):
+    # `x2=None` with `pattern=(p, p)` is `pattern=(p, None)`.
+    _, _, kernel_fn = stax.serial(stax.Dense(16), stax.Relu(),
+                                  stax.Aggregate(), stax.Dense(1))
+    x, _ = _inputs(5, 1, (4, 2))
+    p = random.bernoulli(random.PRNGKey(6), 0.5, (5, 4, 4)).astype(float)
+    desired = kernel_fn(x, None, 'ntk', pattern=(p, p))
+    self.assertAllClose(nt.batch(kernel_fn, 2)(x, None, 'ntk',
+                                               pattern=(p, p)), desired)
+    self.assertAllClose(nt.batch(kernel_fn, 2)(x, None, 'ntk',
+                                               pattern=(p, None)), desired)
+
+  def test_no_examples_give_an_empty_kernel(self):
+    _, _, kernel_fn = _network()
+    x1 = np.zeros((0, 3))
+    for x2, store_on_device, shape in ((None, True, (0, 0)),
+                                       (np.ones((2, 3)), False, (0, 2))):
+      k = nt.batch(kernel_fn, 2, store_on_device=store_on_device)(
+          x1, x2, 'ntk')
+      self.assertEqual(k.shape, shape)
+      self.assertIsInstance(k, jax.Array if store_on_device else np.ndarray)
+
+
 class ErrorsTest(BatchTestCase):
 
   def test_negative_batch_size(self):
@@ -394,8 +437,9 @@ class ErrorsTest(BatchTestCase):
     _, _, kernel_fn = _network()
     n = jax.local_device_count()
     with self.assertRaisesRegex(
-        ValueError, rf'`device_count`={n + 1} is larger than the {n} local '
-        r'device\(s\).*Pass -1'):
+        ValueError, rf'`device_count`={n + 1} is larger than the {n} '
+        r'device\(s\) of all 1 process\(es\).*Pass -1 to use every device, '
+        rf'or a number up to {n}'):
       nt.batch(kernel_fn, 2, device_count=n + 1)
     with self.assertRaisesRegex(ValueError, '`device_count` must be -1'):
       nt.batch(kernel_fn, 2, device_count=-2)
@@ -470,27 +514,37 @@ class FourDevicesTest(BatchTestCase):
 
 class ModuleLayoutTest(BatchTestCase):
 
-  def test_split_modules_are_reexported(self):
+  def test_old_module_paths_reexport_the_package(self):
     from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_assembly  # pylint: disable=g-import-not-at-top
     from neural_tangents._src import batching_split  # pylint: disable=g-import-not-at-top
-    for name in ('partition_static', 'merge_static', '_Grid', '_classify_kwarg',
-                 '_is_array', '_take', '_stack'):
-      self.assertIs(getattr(batching, name), getattr(batching_split, name))
-    for name in ('_Assembler', '_leaf_specs', '_transpose_pair', '_Role'):
-      self.assertIs(getattr(batching, name), getattr(batching_assembly, name))
+    from neural_tangents._src.batching import assembling  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import splitting  # pylint: disable=g-import-not-at-top
+    for name in ('partition_static', 'merge_static', 'Grid', 'classify_kwarg',
+                 'is_array', 'take', 'stack'):
+      self.assertIs(getattr(batching_split, name), getattr(splitting, name))
+    for name in ('Assembler', 'leaf_specs', 'transpose_pair', 'Role'):
+      self.assertIs(getattr(batching_assembly, name), getattr(assembling, name))
     self.assertIs(nt.batch, batching.batch)
 
+  def test_monte_carlo_uses_only_public_batching_names(self):
+    import inspect  # pylint: disable=g-import-not-at-top
+    import re  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src import monte_carlo  # pylint: disable=g-import-not-at-top
+    source = inspect.getsource(monte_carlo)
+    self.assertEqual(re.findall(r'batching\._\w+', source), [])
+    self.assertIn('batching.batched(', source)
+
   def test_transposed_blocks_only_for_layer_kernel_fns(self):
-    from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import blockwise  # pylint: disable=g-import-not-at-top
     _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
     x = jnp.ones((4, 3))
-    block_fn = batching._BlockFunction(kernel_fn, jax.local_devices()[:1])
-    analytic = batching._Computation(kernel_fn, block_fn, x, None, (), {}, 2,
+    block_fn = blockwise.BlockFunction(kernel_fn, jax.local_devices()[:1])
+    analytic = blockwise.Computation(kernel_fn, block_fn, x, None, (), {}, 2,
                                      True, False)
     self.assertTrue(analytic.analytic)
     plain = lambda x1, x2=None, get=None: kernel_fn(x1, x2, get)
-    other = batching._Computation(plain, block_fn, x, None, (), {}, 2, True,
+    other = blockwise.Computation(plain, block_fn, x, None, (), {}, 2, True,
                                   False)
     self.assertFalse(other.analytic)
 

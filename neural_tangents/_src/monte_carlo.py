@@ -132,13 +132,13 @@ def monte_carlo_kernel_fn(
     (3, 2)
   """
   counts, as_generator = _sample_counts(n_samples)
-  if not batching._is_array(key):  # pylint: disable=protected-access
+  if not batching.is_array(key):
     raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
                     '. Pass e.g. `jax.random.PRNGKey(0)`.')
-  batching._check_batch_size(batch_size)  # pylint: disable=protected-access
+  batching.check_batch_size(batch_size)
   if progress:
-    batching._tqdm()  # pylint: disable=protected-access
-  devices = batching._devices(device_count)  # pylint: disable=protected-access
+    batching.progress_bar_class()
+  devices = batching.select_devices(device_count)
   empirical = empirical_kernel_fn(apply_fn, trace_axes, diagonal_axes,
                                   vmap_axes, implementation)
 
@@ -176,7 +176,7 @@ def monte_carlo_kernel_fn(
     return utils.get_namedtuple(tuple(names))(*total)
 
   # One block (`batch_size=None`) still jits the sum and handles storage.
-  summed = batching._batched(  # pylint: disable=protected-access
+  summed = batching.batched(
       sample_sum, batch_size or None, devices, bool(store_on_device),
       progress=False)
 
@@ -194,7 +194,7 @@ def monte_carlo_kernel_fn(
                  for x in jax.tree_util.tree_leaves((x1, x2)))
     if not progress or traced:
       return None
-    return batching._tqdm()(  # pylint: disable=protected-access
+    return batching.progress_bar_class()(
         total=counts[-1], desc='Monte Carlo samples', unit='network')
 
   def range_sum(x1, x2, get, start, stop, kwargs, bar):

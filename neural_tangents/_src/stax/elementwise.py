@@ -531,7 +531,14 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
         f'{source}. Put a `Dense` (or convolution) layer before `{name}`.')
   variances = kernel_lib.covariance_variances(k)
   cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
-  nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], k.nngp, k.ntk)
+  c = k.nngp
+  if k.x1_is_x2:
+    # The batch diagonal of `x1` with itself is `cov1` exactly, so that its
+    # correlation is exactly 1 (angle 0): computed apart (e.g. by a jitted
+    # block of `nt.batch`), it is 1 - eps, whose angle ~ sqrt(eps) puts a
+    # relative error ~ 1e-8 (float64) into the NTK's diagonal.
+    c = _with_batch_diagonal(c, k.cov1)
+  nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], c, k.ntk)
   cov2 = (None if k.cov2 is None else
           kernel_map(*variances['cov2'], k.cov2, False)[0])
   if k.x1_is_x2:

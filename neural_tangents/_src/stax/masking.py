@@ -203,7 +203,7 @@ def split(x: Any) -> tuple[Any, Any]:
 
 
 def combine(values: Any, masks: Any) -> Any:
-  """Inverse of `split`: zeroes masked entries and wraps them as
+  """Inverse of `splitting`: zeroes masked entries and wraps them as
   `MaskedArray`s; leaves with a `None` mask stay plain arrays."""
   if isinstance(values, (list, tuple)):
     if not isinstance(masks, (list, tuple)):

@@ -162,7 +162,7 @@ def concatenate_dimension(eqn: 'program.Eqn') -> int:
 
 
 def axis(eqn: 'program.Eqn') -> int:
-  """Of `cumsum` (and other cumulative ones), `stack` and `split`."""
+  """Of `cumsum` (and other cumulative ones), `stack` and `splitting`."""
   return eqn.params['axis']
 
 

@@ -627,7 +627,7 @@ def _keeps_axis(operated_on: Callable[[prog.Eqn], Sequence[int]],
   return batch_axis
 
 
-# `cumsum`, ..., `split`: the batch axis is not their `axis`.
+# `cumsum`, ..., `splitting`: the batch axis is not their `axis`.
 _not_along_axis_param = _keeps_axis(lambda eqn: (params.axis(eqn),))
 _rev_axis = _keeps_axis(params.reversed_dimensions)
 _concatenate_axis = _keeps_axis(

@@ -1,0 +1,262 @@
+"""The resumable on-disk kernel of `nt.batch(..., store=path)`.
+
+A store is a directory holding
+
+* one zarr array per output leaf (`<leaf>/`), chunked exactly by the blocks of
+  the batch grid, so that every block is a whole chunk (two processes never
+  write the same chunk file, and rewriting a block is idempotent);
+* `fingerprint.json`: what the kernel is of (shapes, dtypes and a SHA-256 of
+  the inputs, the arguments, the batch size and the kernel function's code
+  and constants); a call whose fingerprint differs is refused;
+* `complete/<i>_<j>`: one empty file per finished block `(i, j)`, created
+  (atomically, by rename) only after the block's chunk files of every leaf
+  are written and flushed to disk (`fsync`).
+
+A process killed at any point therefore loses at most the blocks in flight,
+and a block is never marked complete with wrong data: a chunk written without
+its record is simply written again by the next call.
+
+zarr (`pip install "neural-tangents[store]"`) is imported only when a store
+is used. Chosen over `.npy` memory maps because its chunks are separate files
+written atomically (a torn write cannot corrupt a finished neighbour), it
+is read lazily by numpy, dask and xarray, and it handles the block layout
+(chunks) itself.
+
+Example:
+  >>> fingerprint_of(lambda x1, x2: x1 @ x2.T, (jnp.ones((3, 2)), None),
+  ...                ('ntk',), {}, 2)[:16]  # doctest: +ELLIPSIS
+  '...'
+"""
+import hashlib
+import json
+import os
+import types
+from typing import Any, Callable, Iterable, Optional
+
+import jax
+import numpy as np
+
+from neural_tangents._src.batching.splitting import is_array
+from neural_tangents._src.batching.splitting import partition_static
+from neural_tangents._src.batching.splitting import Task
+
+_FINGERPRINT = 'fingerprint.json'
+_COMPLETE = 'complete'
+# How deep `fingerprint_of` follows the functions a kernel function closes
+# over (`serial` of `serial` of layers is a few levels).
+_MAX_DEPTH = 12
+
+
+def import_zarr() -> Any:
+  """The `zarr` module, or an ImportError that says how to install it."""
+  try:
+    import zarr  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError(
+        '`store=` needs the optional `zarr` package, which is not installed. '
+        'Run `pip install "neural-tangents[store]"` (or `pip install '
+        '"zarr>=3"`), or pass store=None.') from None
+  return zarr
+
+
+# -----------------------------------------------------------------------------
+# Fingerprints.
+
+
+def _checksum(x: Any) -> str:
+  x = np.asarray(x)
+  return hashlib.sha256(np.ascontiguousarray(x).view(np.uint8)).hexdigest()
+
+
+def _describe(value: Any, depth: int, seen: set[int]) -> Any:
+  """A JSON-able description of a value a kernel function depends on."""
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return repr(value)
+  if isinstance(value, (np.generic,)):
+    return repr(value.item())
+  if is_array(value):
+    return [str(np.shape(value)), str(value.dtype), _checksum(value)]
+  if isinstance(value, (tuple, list)):
+    return [_describe(v, depth, seen) for v in value]
+  if isinstance(value, dict):
+    return {str(k): _describe(v, depth, seen) for k, v in value.items()}
+  if callable(value) and depth < _MAX_DEPTH and id(value) not in seen:
+    seen.add(id(value))
+    return _describe_function(value, depth + 1, seen)
+  return type(value).__qualname__
+
+
+def _describe_function(fn: Callable[..., Any], depth: int,
+                       seen: set[int]) -> Any:
+  out = [getattr(fn, '__module__', None) or '',
+         getattr(fn, '__qualname__', type(fn).__qualname__)]
+  code = getattr(fn, '__code__', None)
+  if isinstance(code, types.CodeType):
+    consts = [repr(c) for c in code.co_consts
+              if isinstance(c, (bool, int, float, str, type(None)))]
+    out.append(hashlib.sha256(code.co_code + repr(consts).encode()
+                              ).hexdigest())
+  for cell in getattr(fn, '__closure__', None) or ():
+    try:
+      out.append(_describe(cell.cell_contents, depth, seen))
+    except ValueError:  # An empty cell.
+      out.append('empty')
+  wrapped = getattr(fn, '__wrapped__', None)
+  if wrapped is not None:
+    out.append(_describe(wrapped, depth, seen))
+  partial_func = getattr(fn, 'func', None)
+  if partial_func is not None and callable(partial_func):
+    out.append(_describe((partial_func, getattr(fn, 'args', ()),
+                          getattr(fn, 'keywords', {})), depth, seen))
+  return out
+
+
+def fingerprint_of(kernel_fn: Callable[..., Any], inputs: Any, args: tuple,
+                   kwargs: dict[str, Any], batch_size: Optional[int]) -> str:
+  """SHA-256 of what a batched call computes.
+
+  Covers the inputs' shapes, dtypes and bytes, the other arguments (static
+  values and the bytes of arrays), the batch size and the kernel function:
+  its code and the constants and functions it closes over, recursively (so
+  `Dense(8, W_std=1.)` and `Dense(8, W_std=2.)` differ).
+
+  Args:
+    kernel_fn: the kernel function.
+    inputs: `(x1, x2)` (pytrees of arrays, `x2` may be None).
+    args: further positional arguments of the call.
+    kwargs: keyword arguments of the call.
+    batch_size: the block size (`None` for one block).
+
+  Returns:
+    A hex digest.
+  """
+  static, arrays = partition_static((args, kwargs))
+  description = {
+      'inputs': [[str(np.shape(x)), str(np.asarray(x).dtype), _checksum(x)]
+                 for x in jax.tree_util.tree_leaves(inputs)],
+      'inputs_tree': str(jax.tree_util.tree_structure(inputs)),
+      'static': repr(static.values) + str(static.treedef),
+      'arrays': [_describe(a, 0, set()) for a in arrays],
+      'batch_size': batch_size,
+      'kernel_fn': _describe_function(kernel_fn, 0, set()),
+  }
+  return hashlib.sha256(json.dumps(description, sort_keys=True).encode()
+                        ).hexdigest()
+
+
+# -----------------------------------------------------------------------------
+# The store.
+
+
+def _atomic_create(path: str, text: str) -> None:
+  """Writes `path` durably: a temporary file, fsync, rename, fsync the dir."""
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w') as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  _fsync_directory(os.path.dirname(path))
+
+
+def _fsync_directory(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+  if os.path.exists(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+
+
+class Store:
+  """A directory of zarr arrays written block by block, with records.
+
+  Attributes:
+    path: the store's directory.
+    fingerprint: what it holds (`fingerprint_of`).
+  """
+
+  def __init__(self, path: str, fingerprint: str):
+    self.path = os.path.abspath(os.fspath(path))
+    self.fingerprint = fingerprint
+    self.zarr = import_zarr()
+    self.arrays = {}
+
+  # --- creation and checks (creation by one process, checks by all) -------
+
+  def create(self) -> None:
+    """Creates the directory and fingerprint if absent; never overwrites."""
+    os.makedirs(os.path.join(self.path, _COMPLETE), exist_ok=True)
+    target = os.path.join(self.path, _FINGERPRINT)
+    if not os.path.exists(target):
+      _atomic_create(target, json.dumps({'fingerprint': self.fingerprint}))
+
+  def check(self) -> None:
+    """Raises a ValueError if the store holds another kernel."""
+    target = os.path.join(self.path, _FINGERPRINT)
+    try:
+      with open(target) as f:
+        found = json.load(f)['fingerprint']
+    except (OSError, ValueError, KeyError):
+      raise ValueError(
+          f'`store={self.path!r}` is not a kernel store (no readable '
+          f'{_FINGERPRINT}). Pass a new or empty directory.') from None
+    if found != self.fingerprint:
+      raise ValueError(
+          f'`store={self.path!r}` holds a kernel of other inputs, arguments, '
+          'batch_size or kernel_fn than this call (fingerprint '
+          f'{found[:12]}... != {self.fingerprint[:12]}...): it is never '
+          'reused silently. Pass another directory, or delete this one to '
+          'recompute.')
+
+  def completed(self) -> set[tuple[int, int]]:
+    """The blocks `(i, j)` recorded as complete."""
+    out = set()
+    for name in os.listdir(os.path.join(self.path, _COMPLETE)):
+      parts = name.split('_')
+      if len(parts) == 2 and all(p.isdigit() for p in parts):
+        out.add((int(parts[0]), int(parts[1])))
+    return out
+
+  # --- arrays ---------------------------------------------------------------
+
+  def array(self, name: str, shape: tuple[int, ...], dtype: Any,
+            chunks: tuple[int, ...]) -> Any:
+    """The zarr array of leaf `name`, created (filled with NaN) if absent."""
+    name = _leaf_directory(name)
+    fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
+    directory = os.path.join(self.path, name)
+    if os.path.exists(os.path.join(directory, 'zarr.json')):
+      arr = self.zarr.open_array(directory, mode='r+')
+    else:
+      arr = self.zarr.create_array(
+          directory, shape=shape, dtype=np.dtype(dtype), chunks=chunks,
+          fill_value=fill,
+          # Kernels hardly compress; compressing would cost time per block.
+          compressors=None)
+    self.arrays[name] = arr
+    return arr
+
+  def mark_complete(self, task: Task,
+                    chunks: Iterable[tuple[str, tuple[int, ...]]]) -> None:
+    """Flushes `chunks` (`(leaf name, chunk coordinates)`), records `task`."""
+    for name, coords in chunks:
+      name = _leaf_directory(name)
+      key = self.arrays[name].metadata.encode_chunk_key(tuple(coords))
+      _fsync_file(os.path.join(self.path, name, key))
+    _atomic_create(os.path.join(self.path, _COMPLETE,
+                                f'{task.i}_{task.j}'), '')
+
+
+def _leaf_directory(path: str) -> str:
+  """A directory name for an output leaf path such as `.ntk` or `[0]`."""
+  cleaned = ''.join(c if c.isalnum() or c in '_-' else '_' for c in path)
+  return 'leaf' + cleaned if cleaned else 'leaf'
