@@ -152,6 +152,9 @@ class KernelSpec:
     supports_masking: whether the layer handles masked inputs (see
       `masking`); one that does not refuses them.
     name: the layer's name, for messages.
+    keywords: the keyword arguments of `kernel_fn` the layer reads (e.g.
+      `pattern` for `Aggregate`), or `None` if it may read any (a hand-written
+      `kernel_fn(k, **kwargs)`); the public `kernel_fn` refuses the others.
   """
   requirements: Optional[Requirements] = Requirements(Diagonal(), Diagonal())
   combination: Optional[Combination] = None
@@ -160,6 +163,8 @@ class KernelSpec:
   input_axes: Any = None
   supports_masking: bool = False
   name: Optional[str] = dataclasses.field(default=None, compare=False)
+  keywords: Optional[frozenset[str]] = dataclasses.field(default=frozenset(),
+                                                         compare=False)
 
   def allowed_inputs(self, output_allowed: Any) -> Any:
     """The representations the input may have, given those of the output.
@@ -227,9 +232,11 @@ def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
     return KernelSpec(
         requirements=functools.reduce(operator.rshift,
                                       [s.requirements for s in specs]),
-        input_axes=axes, supports_masking=True)
+        input_axes=axes, supports_masking=True,
+        keywords=union_keywords(specs))
   return KernelSpec(requirements=None, combination=Combination.SERIAL,
-                    parts=specs, input_axes=axes, supports_masking=True)
+                    parts=specs, input_axes=axes, supports_masking=True,
+                    keywords=union_keywords(specs))
 
 
 def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
@@ -244,7 +251,7 @@ def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
   specs = tuple(specs)
   return KernelSpec(requirements=None, combination=Combination.PARALLEL,
                     parts=specs, input_axes=[s.input_axes for s in specs],
-                    supports_masking=True)
+                    supports_masking=True, keywords=union_keywords(specs))
 
 
 def repeated(spec: KernelSpec, n: int) -> KernelSpec:
@@ -258,7 +265,39 @@ def repeated(spec: KernelSpec, n: int) -> KernelSpec:
   """
   return KernelSpec(requirements=None, combination=Combination.REPEAT,
                     parts=(spec,), depth=n, input_axes=spec.input_axes,
-                    supports_masking=False)
+                    supports_masking=False, keywords=spec.keywords)
+
+
+def union_keywords(specs: Sequence[KernelSpec]) -> Optional[frozenset[str]]:
+  """The keywords read by any of `specs`' layers (`None`: any keyword)."""
+  if any(s.keywords is None for s in specs):
+    return None
+  return frozenset().union(*(s.keywords for s in specs))
+
+
+def read_keywords(kernel_op: Callable, *, var_keyword_reads_all: bool
+                  ) -> Optional[frozenset[str]]:
+  """The keyword arguments `kernel_op(k, ...)` names after its kernel.
+
+  Args:
+    kernel_op: a kernel op or a hand-written `kernel_fn`.
+    var_keyword_reads_all: whether a `**kwargs` parameter means the op may
+      read any keyword (`None` is returned), as for a hand-written
+      `kernel_fn`; a stax layer's op takes `**kwargs` only to ignore them.
+
+  Example:
+    >>> def op(k, *, pattern=None, **kwargs): return k
+    >>> read_keywords(op, var_keyword_reads_all=False)
+    frozenset({'pattern'})
+  """
+  try:
+    params = list(inspect.signature(kernel_op).parameters.values())
+  except (TypeError, ValueError):
+    return None
+  if var_keyword_reads_all and any(p.kind == p.VAR_KEYWORD for p in params):
+    return None
+  return frozenset(p.name for p in params[1:]
+                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 # -----------------------------------------------------------------------------
@@ -291,7 +330,9 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
   if spec is not None:
     return spec
   return KernelSpec(requirements=UNDECLARED,
-                    name=getattr(kernel_fn, '__name__', 'kernel_fn'))
+                    name=getattr(kernel_fn, '__name__', 'kernel_fn'),
+                    keywords=read_keywords(kernel_fn,
+                                           var_keyword_reads_all=True))
 
 
 def is_layer_kernel_fn(kernel_fn: Callable) -> bool:

@@ -85,6 +85,12 @@ from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
 GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
+# Any `Kernel` field is a valid `get` (e.g. `('ntk', 'shape1', 'shape2')`);
+# `GET_VALUES` are the covariances, named first in messages.
+GET_FIELDS = GET_VALUES + tuple(
+    f.name for f in dataclasses.fields(Kernel) if f.name not in GET_VALUES)
+# Keywords that the public `kernel_fn` itself reads.
+KERNEL_FN_KEYWORDS = ('diagonal_batch', 'diagonal_spatial', 'mask_constant')
 
 
 def requires(diagonal_batch: Diagonal = Diagonal(),
@@ -111,7 +117,9 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
                     input_axes=input_axes)
 
   def decorator(kernel_op: Callable) -> Callable:
-    return protocol.with_spec(kernel_op, spec)
+    return protocol.with_spec(kernel_op, dataclasses.replace(
+        spec, keywords=protocol.read_keywords(kernel_op,
+                                              var_keyword_reads_all=False)))
   return decorator
 
 
@@ -119,20 +127,26 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 # The public `kernel_fn`.
 
 
-def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
-  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
+def _parse_get_single(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
+  """`(names or None, single)` of `get`, or raises `ValueError`."""
   try:
-    return arguments.parse_get(get, GET_VALUES)[0]
+    return arguments.parse_get(get, GET_FIELDS)
   except ValueError as e:
     raise ValueError(
-        f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
+        f'`get` must be None, one of {GET_VALUES} (or another `Kernel` field '
+        f'name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
         f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk"). ({e})'
     ) from None
 
 
+def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
+  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
+  return _parse_get_single(get)[0]
+
+
 def _select(k: Any, get: Any) -> Any:
   """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
-  names = _parse_get(get)
+  names, single = _parse_get_single(get)
   if names is None:
     return k
   if isinstance(k, (list, tuple)):
@@ -142,14 +156,14 @@ def _select(k: Any, get: Any) -> Any:
     if name == 'cov2' and k.cov2 is None:
       return k.cov1
     value = getattr(k, name)
-    if value is None:
+    if value is None and name in GET_VALUES:
       raise ValueError(
           f'`get={get!r}` asks for {name!r}, which this kernel does not hold. '
           'Ask for it when calling `kernel_fn`, e.g. get=("nngp", "ntk").')
     return value
 
-  if isinstance(get, str):
-    return field(get)
+  if single:
+    return field(names[0])
   return utils.get_namedtuple(names)(*(field(name) for name in names))
 
 
@@ -426,12 +440,19 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     """
     names = _parse_get(get)
     mask_constant = kwargs.pop('mask_constant', None)
+    spec = kernel_spec(kernel_op)
+    _check_keywords(spec, kwargs)
     if is_kernel_tree(x1_or_kernel):
+      if jax.tree_util.tree_leaves(x2):
+        raise ValueError(
+            '`x2` must be None when `kernel_fn` is given a `Kernel`: a '
+            'Kernel already holds both sides (its `nngp` is the x1-x2 '
+            f'covariance); got x2 of type {type(x2).__name__}. Call '
+            '`kernel_fn(kernel)`, or `kernel_fn(x1, x2)` with input arrays.')
       return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
-    spec = kernel_spec(kernel_op)
     allowed_in = _broadcast_allowed(spec.allowed_inputs(requested),
                                     x1_or_kernel)
     axes = _broadcast_axes(spec.input_axes, x1_or_kernel)
@@ -451,7 +472,15 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       if isinstance(x1, (list, tuple)):
         return type(x1)(build(*leaves) for leaves in zip(x1, x2, allowed,
                                                          axes))
-      return to_kernel(x1, x2, allowed, axes)
+      k = to_kernel(x1, x2, allowed, axes)
+      if requested.diagonal_spatial and k.n_spatial and not k.diagonal_spatial:
+        raise ValueError(
+            '`diagonal_spatial=True` cannot be honoured by this network: a '
+            'layer in it (e.g. global pooling, attention, a non-nearest '
+            'resize, `Aggregate`) needs the full spatial covariance of its '
+            f'input, for inputs of shape {k.shape1}. Pass '
+            '`diagonal_spatial=False` (the default).')
+      return k
 
     x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
     k = build(x1_or_kernel, x2s, allowed_in, axes)
@@ -463,6 +492,19 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
 
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
+
+
+def _check_keywords(spec: KernelSpec, kwargs: dict[str, Any]) -> None:
+  """Raises `TypeError` for keywords that no layer of the network reads."""
+  if spec.keywords is None:  # A hand-written layer taking `**kwargs`.
+    return
+  unknown = sorted(set(kwargs) - spec.keywords)
+  if unknown:
+    accepted = sorted(set(KERNEL_FN_KEYWORDS) | spec.keywords)
+    raise TypeError(
+        f'`kernel_fn` got unexpected keyword argument(s) {unknown}: no layer '
+        f'of this network reads them. Accepted keywords: {accepted}. Check '
+        'the spelling (e.g. `diagonal_spatial`).')
 
 
 def _unreversed(k: Any) -> Any:
