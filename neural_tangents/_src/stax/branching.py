@@ -189,9 +189,17 @@ def FanInConcat(axis: int = -1) -> Layer:
     >>> init_fn(None, [(-1, 3), (-1, 5)])[0]
     (-1, 8)
   """
+  def check_axis(ndim):
+    if not -ndim <= axis < ndim:
+      raise ValueError(
+          f'`axis`={axis} of `FanInConcat` is out of range for inputs of rank '
+          f'{ndim}. Pass an axis in [{-ndim}, {ndim}), e.g. `axis=-1` for '
+          'channels.')
+    return axis % ndim
+
   def init_fn(rng, input_shape):
     shapes = _check_fan_in(input_shape, 'FanInConcat')
-    ax = axis % len(shapes[0])
+    ax = check_axis(len(shapes[0]))
     _check_same_shapes([s[:ax] + s[ax + 1:] for s in shapes], 'FanInConcat')
     out = list(shapes[0])
     out[ax] = sum(s[ax] for s in shapes)
@@ -201,12 +209,11 @@ def FanInConcat(axis: int = -1) -> Layer:
     return jnp.concatenate(_check_fan_in_inputs(inputs, 'FanInConcat'),
                            axis=axis)
 
-  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
-      input=requirements.Bool.MAYBE))
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(ks: list[Kernel], **kwargs) -> Kernel:
     ks = _check_fan_in_inputs(ks, 'FanInConcat')
     ndim = len(ks[0].shape1)
-    ax = axis % ndim
+    ax = check_axis(ndim)
     if ax == ks[0].batch_axis % ndim:
       raise ValueError(
           f'`FanInConcat(axis={axis})` concatenates along the batch axis, '

@@ -17,21 +17,31 @@ that users call, which:
 
 A layer written by hand, `(init_fn, apply_fn, kernel_fn)` with a plain
 `kernel_fn(k, **kwargs)` (no `@requires`, no `@layer`), works in `serial` and
-`parallel` and is given full covariances (`diagonal_batch=False`,
-`diagonal_spatial=False`). `serial` raises a `ValueError` when two
-consecutive layers cannot agree on a representation (one gives only spatial
-diagonals, the next needs the full covariance).
+`parallel` and is treated as a local layer, as if decorated with
+`@requires()` (the published release's default): with `kernel_fn`'s defaults
+it receives batch-diagonal covariances (`cov1` of shape `(N1,)`,
+`diagonal_batch=True`) and full spatial ones. `serial` raises a `ValueError`
+when a layer gives only spatial diagonals to one that needs the full
+covariance.
 
 Representation requirements are stated per axis kind (`diagonal_batch`,
-`diagonal_spatial`) with a `Diagonal(input, output)`:
+`diagonal_spatial`) with a `Diagonal(input, output)`, with the values and the
+composition (`>>`, `<<`) of the published release. Resolution runs backwards
+from the network's output with a level `s` (`YES` where a diagonal output is
+asked for, else `NO`): a layer with `Diagonal(i, o)` passes on `i` if
+`o == YES` or `s + o >= 2`, else `NO` (`protocol.transfer`); the input kernel
+is diagonal where the level reaching it is `YES`. So:
 
-* `input=Bool.YES`: the layer can always compute from a diagonal input (e.g.
-  `Flatten` only needs the spatial diagonal); `Bool.MAYBE`: it can if its own
-  output is allowed to be diagonal (local layers: `Dense`, nonlinearities,
-  convolutions); `Bool.NO`: it needs the full input (e.g. global pooling).
-* `output=Bool.YES`: the layer's output has zero off-diagonal entries, so it
-  can serve a diagonal representation whatever it receives (untied weights);
-  `Bool.NO` otherwise.
+* `Diagonal()`, i.e. `(input=YES, output=NO)`: a local layer (`Dense`,
+  nonlinearities, convolutions): it computes from a diagonal input iff what
+  follows allows a diagonal.
+* `input=Bool.NO`: it needs the full input (global pooling, attention).
+* `(input=YES, output=YES)`: whatever follows is computed from the diagonal
+  (the output has no off-diagonal entries left, as `Flatten`'s has no spatial
+  axes), so its input may always be diagonal.
+* `MAYBE` is an intermediate level: an `input=MAYBE` is passed on only by
+  layers whose `output` is `MAYBE` or `YES`, and never makes the network's
+  input diagonal by itself.
 
 What a layer declares is one `KernelSpec` on its kernel op, read with
 `kernel_spec(kernel_fn)` (see `protocol`).
@@ -312,8 +322,9 @@ def match_representation(k: Any, allowed: Any) -> Any:
 
   A full kernel where a diagonal one is allowed is reduced to its diagonal
   when the allowance is what the caller requested; a diagonal kernel where a
-  full one is needed is only produced by layers whose output has zero
-  off-diagonal entries (`Diagonal(output=Bool.YES)`), and is embedded.
+  full one is needed is only produced by layers declaring
+  `Diagonal(output=Bool.YES)` (nothing after them needs off-diagonal
+  entries), and is embedded.
   """
   if isinstance(k, (list, tuple)):
     if isinstance(allowed, Allowed):
@@ -562,9 +573,10 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
   """Raises if `consumer` needs full spatial covariances `producer` lacks.
 
   A spatially diagonal kernel can only feed a layer needing the full
-  covariance when the producer declares that its output has zero
-  off-diagonal entries (`Diagonal(output=Bool.YES)`); otherwise the two
-  layers cannot agree on a representation and the kernel would be wrong.
+  covariance when the producer declares `Diagonal(output=Bool.YES)` (its
+  off-diagonal entries are zero); otherwise the producer returned a diagonal
+  where its declaration promised full covariances, and the kernel would be
+  wrong.
 
   Args:
     producer: the op that produced `k` (`None` for the network's input).
@@ -585,8 +597,9 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
       f'Layers `{p}` and `{c}` cannot agree on a kernel representation: `{c}` '
       'needs the full spatial covariance of its input (diagonal_spatial='
       f'False), but `{p}` before it gives only its spatial diagonal. Declare '
-      f'`{p}`\'s kernel_fn with `@requires(diagonal_spatial=Diagonal(input='
-      'Bool.MAYBE))` if it can compute full covariances from full ones, or '
-      f'with `output=Bool.YES` if its off-diagonal entries are zero; or '
+      f'`{p}`\'s kernel_fn with `@requires(diagonal_spatial=Diagonal('
+      'input=Bool.NO))` if it needs full covariances, make it return full '
+      'covariances when given full ones (what `Diagonal()` declares), or '
+      'declare `output=Bool.YES` if its off-diagonal entries are zero; or '
       f'remove `{c}` after it.')
 

@@ -150,7 +150,7 @@ def ImageResize(shape: Sequence[int],
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.MAYBE if selects else
+            diagonal_spatial=Diagonal(input=Bool.YES if selects else
                                       Bool.NO))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'ImageResize')
@@ -483,7 +483,7 @@ def DotGeneral(lhs: Optional[Array] = None,
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
-                input=Bool.NO if const is not None else Bool.MAYBE))
+                input=Bool.NO if const is not None else Bool.YES))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'DotGeneral')
     if const is None:
