@@ -71,7 +71,61 @@ class GetTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(seen[4:], [False] * 2)
 
 
+  def test_any_kernel_field_is_a_get(self):
+    _, _, kernel_fn = stax.Dense(2, b_std=0.1)
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, x2)
+    out = kernel_fn(x1, x2, ('ntk', 'shape1', 'shape2'))
+    self.assertEqual(out._fields, ('ntk', 'shape1', 'shape2'))
+    self.assertAllClose(out.ntk, k.ntk)
+    self.assertEqual((out.shape1, out.shape2), ((3, 2), (4, 2)))
+    self.assertEqual(kernel_fn(x1, x2, 'is_gaussian'), k.is_gaussian)
+    self.assertIsNone(kernel_fn(x1, x2, 'mask1'))
+
+
+class KeywordsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_unknown_keyword_raises(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
+    x1, _ = _inputs()
+    with self.assertRaisesRegex(
+        TypeError, r"unexpected keyword argument\(s\) \['diagonal_spatail'\]"
+        r".*Accepted keywords: \['diagonal_batch', 'diagonal_spatial', "
+        r"'mask_constant'\]. Check the spelling"):
+      kernel_fn(x1, None, 'nngp', diagonal_spatail=True)
+    with self.assertRaisesRegex(TypeError, 'diagonal_spatail'):
+      kernel_fn(kernel_fn(x1, None), get='nngp', diagonal_spatail=True)
+
+  def test_keywords_read_by_a_layer_pass(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Aggregate())
+    x = jnp.ones((2, 3, 2))
+    pattern = jnp.ones((2, 3, 3))
+    kernel_fn(x, None, 'nngp', pattern=(pattern, pattern))
+    with self.assertRaisesRegex(TypeError, r"\['patern'\].*'pattern'"):
+      kernel_fn(x, None, 'nngp', patern=(pattern, pattern))
+    # A hand-written `kernel_fn(k, **kwargs)` may read any keyword.
+    seen = []
+
+    def kernel_fn_by_hand(k, **kwargs):
+      seen.append(kwargs)
+      return k
+
+    layer = (lambda rng, s: (s, ()), lambda p, x, **kw: x, kernel_fn_by_hand)
+    _, _, kernel_fn = stax.serial(stax.Dense(2), layer)
+    kernel_fn(x, None, 'nngp', scale=2.)
+    self.assertEqual(seen, [{'scale': 2.}])
+
+
 class InputsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_kernel_and_x2_raise(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, None)
+    with self.assertRaisesRegex(
+        ValueError, r'`x2` must be None when `kernel_fn` is given a `Kernel`: '
+        r'a Kernel already holds both sides.*Call `kernel_fn\(kernel\)`'):
+      kernel_fn(k, x2)
 
   def test_mismatched_features_raise(self):
     _, _, kernel_fn = _net()
