@@ -30,14 +30,8 @@ class _ExactMixin:
     _, apply_fn, kernel_fn = layer
     y1 = apply_fn((), x1, **(apply_kwargs1 or {}))
     y2 = apply_fn((), x2, **(apply_kwargs2 or {}))
-    # Both representations of each kind of axis, in two calls; a layer that
-    # needs full spatial covariances refuses `diagonal_spatial=True`.
-    calls = ((True, False), (False, True))
-    if requirements.kernel_spec(kernel_fn).needs_full_spatial and x1.ndim > 2:
-      calls = ((True, False), (False, False))
-      with self.assertRaisesRegex(ValueError, 'diagonal_spatial=False'):
-        kernel_fn(x1, x2, diagonal_spatial=True, **kernel_kwargs)
-    for diagonal_batch, diagonal_spatial in calls:
+    # Both representations of each kind of axis, in two calls.
+    for diagonal_batch, diagonal_spatial in ((True, False), (False, True)):
       k = kernel_fn(x1, x2, diagonal_batch=diagonal_batch,
                     diagonal_spatial=diagonal_spatial, **kernel_kwargs)
       expected = requirements.inputs_to_kernel(

@@ -485,17 +485,26 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
                                                          axes))
       k = to_kernel(x1, x2, allowed, axes)
       if requested.diagonal_spatial and k.n_spatial and not k.diagonal_spatial:
+        full_inputs.append(k.shape1)
+      return k
+
+    def check_diagonal_spatial(out):
+      """Refuses `diagonal_spatial=True` where nothing spatial is returned
+      and a layer needed the full spatial covariance (as published); a
+      spatial output is returned as its diagonal."""
+      if full_inputs and not _spatially_shaped(out):
         raise ValueError(
             '`diagonal_spatial=True` cannot be honoured by this network: a '
             'layer in it (e.g. global pooling, attention, a non-nearest '
             'resize, `Aggregate`) needs the full spatial covariance of its '
-            f'input, for inputs of shape {k.shape1}. Pass '
+            f'input, for inputs of shape {full_inputs[0]}. Pass '
             '`diagonal_spatial=False` (the default).')
-      return k
 
     x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
+    full_inputs = []
     k = build(x1_or_kernel, x2s, allowed_in, axes)
     out = kernel_op(k, **kwargs)
+    check_diagonal_spatial(out)
     out = match_representation(out, requested)
     if not compute_ntk:
       out = _drop_ntk(out)
@@ -503,6 +512,13 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
 
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
+
+
+def _spatially_shaped(k: Any) -> bool:
+  """Whether any kernel of `k` has spatial axes."""
+  if isinstance(k, (list, tuple)):
+    return any(_spatially_shaped(ki) for ki in k)
+  return k.n_spatial > 0
 
 
 def _check_keywords(spec: KernelSpec, kwargs: dict[str, Any]) -> None:
