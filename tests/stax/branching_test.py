@@ -108,6 +108,40 @@ class FanInAlgebraTest(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(full[..., 2:, :2], jnp.zeros_like(kb))
 
 
+  def test_fan_in_concat_batch_is_block_diagonal(self):
+    x1, x2 = _inputs()
+    branch_a, branch_b = _BRANCHES[1][1:]
+    net = stax.serial(_first_layer(), stax.FanOut(2),
+                      stax.parallel(branch_a(8), stax.Dense(8, 0.9, 0.2)),
+                      stax.FanInConcat(axis=0))
+    init_fn, _, kernel_fn = net
+    self.assertEqual(init_fn(jax.random.PRNGKey(0), (-1, x1.shape[1]))[0],
+                     (-1, 8))
+    get = ('nngp', 'ntk', 'cov1')
+    k = test_utils.kernels(kernel_fn, x1, x2, get)
+    ka, kb = (test_utils.kernels(
+        stax.serial(_first_layer(), branch)[2], x1, x2, get)
+              for branch in (branch_a(8), stax.Dense(8, 0.9, 0.2)))
+    n1, n2 = len(x1), len(x2)
+    self.assertEqual(k.nngp.shape, (2 * n1, 2 * n2))
+    self.assertEqual(jax.eval_shape(kernel_fn, x1, x2).shape1[0], 2 * n1)
+    for name in ('nngp', 'ntk'):
+      out = getattr(k, name)
+      self.assertAllClose(out[:n1, :n2], getattr(ka, name))
+      self.assertAllClose(out[n1:, n2:], getattr(kb, name))
+      self.assertAllClose(out[:n1, n2:], jnp.zeros((n1, n2)))
+      self.assertAllClose(out[n1:, :n2], jnp.zeros((n1, n2)))
+    self.assertAllClose(k.cov1, jnp.concatenate([ka.cov1, kb.cov1]))
+    # Branches not ending in their own affine layer are correlated: refused.
+    _, _, shared_fn = stax.serial(
+        _first_layer(), stax.FanOut(2),
+        stax.parallel(stax.Identity(), stax.Identity()),
+        stax.FanInConcat(axis=0))
+    with self.assertRaisesRegex(ValueError, r'FanInConcat\(axis=0\).*End each '
+                                'branch'):
+      shared_fn(x1, x2)
+
+
 class BranchingTest(test_utils.NeuralTangentsTestCase):
 
   def test_residual_and_concat_match_monte_carlo(self):
@@ -170,6 +204,17 @@ class BranchingTest(test_utils.NeuralTangentsTestCase):
         stax.parallel(stax.Dense(4), stax.Dense(4, 2.)), stax.FanInConcat(),
         stax.Relu())
     with self.assertRaisesRegex(ValueError, 'Put a `Dense`'):
+      kernel_fn(jnp.ones((2, 3)), None)
+
+  def test_fan_in_concat_axis_out_of_range_raises(self):
+    init_fn, _, kernel_fn = stax.serial(
+        stax.FanOut(2), stax.parallel(stax.Dense(4), stax.Dense(4)),
+        stax.FanInConcat(axis=5))
+    msg = (r'`axis`=5 of `FanInConcat` is out of range for inputs of rank 2. '
+           r'Pass an axis in \[-2, 2\)')
+    with self.assertRaisesRegex(ValueError, msg):
+      init_fn(jax.random.PRNGKey(0), (-1, 3))
+    with self.assertRaisesRegex(ValueError, msg):
       kernel_fn(jnp.ones((2, 3)), None)
 
   def test_fan_out_invalid_num_raises(self):

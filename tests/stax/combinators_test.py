@@ -161,6 +161,14 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(stax.serial_params_to_repeat(
           stax.repeat_params_to_serial(params_r, n)), params_r)
 
+  def test_repeat_params_to_serial_deeper_than_stacked_raises(self):
+    params = (jnp.zeros((3, 4, 4)), jnp.zeros((3, 4)))  # `Dense`, stacked.
+    self.assertLen(stax.repeat_params_to_serial(params, 3), 3)
+    with self.assertRaisesRegex(
+        ValueError, r'`n`=5 is larger than the depth of the stacked `params` '
+        r'\(3 layers\). Pass the `n` of the `repeat'):
+      stax.repeat_params_to_serial(params, 5)
+
   def test_rng_gives_independent_keys_per_iteration(self):
     _, apply_fn, _ = stax.repeat(_Noise(1.), 3)
     x = jnp.zeros((1, 1000))
@@ -269,6 +277,17 @@ class SerialParallelTest(test_utils.NeuralTangentsTestCase):
     y1 = apply_fn(params, x, rng=random.PRNGKey(1))
     y2 = apply_fn(params, x, rng=random.PRNGKey(2))
     self.assertGreater(float(jnp.abs(y1 - y2).max()), 0)
+
+  def test_serial_params_of_wrong_length_raise(self):
+    init_fn, apply_fn, _ = stax.serial(_dense(), stax.Relu(), stax.Dense(1))
+    _, params = init_fn(random.PRNGKey(0), (-1, 5))
+    x = jnp.ones((2, 5))
+    msg = (r'`params` of `serial` of 3 layers must be a list with one entry '
+           r'per layer \(3 entries\); got 2 entries. Pass the params')
+    with self.assertRaisesRegex(ValueError, msg):
+      apply_fn(params[:2], x)
+    with self.assertRaisesRegex(ValueError, msg):
+      nt.empirical_ntk_fn(apply_fn)(x, None, params[:2])
 
   @parameterized.parameters(tuple, list)
   def test_parallel_keeps_container_type(self, container):

@@ -771,5 +771,23 @@ class ChaoticPhaseTest(test_utils.NeuralTangentsTestCase):
                                rtol=1e-5)
 
 
+
+class HandSetX1IsX2Test(test_utils.NeuralTangentsTestCase):
+  """A hand-built `Kernel` flagged `x1_is_x2=True` whose two sides differ (as
+  the published notebook on trainability builds test-train kernels) gets the
+  values of the unflagged kernel, as in the published release."""
+
+  @parameterized.named_parameters(('non_square', 3), ('square', 2))
+  def test_mismatched_sides_ignore_the_flag(self, n1):
+    x1, x2 = test_utils.random_inputs((n1, 4), (2, 4))
+    k = stax.Dense(1, 1.5, 0.1)[2](x1, x2)
+    self.assertFalse(k.x1_is_x2)
+    for name, layer in (('Erf', stax.Erf()), ('Relu', stax.Relu())):
+      expected = layer[2](k)
+      flagged = layer[2](k.replace(x1_is_x2=True))
+      self.assertAllClose(flagged.nngp, expected.nngp, msg=name)
+      self.assertAllClose(flagged.ntk, expected.ntk, msg=name)
+
+
 if __name__ == '__main__':
   absltest.main()

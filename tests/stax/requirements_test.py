@@ -13,6 +13,7 @@ import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
+from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
 
 
@@ -70,7 +71,61 @@ class GetTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(seen[4:], [False] * 2)
 
 
+  def test_any_kernel_field_is_a_get(self):
+    _, _, kernel_fn = stax.Dense(2, b_std=0.1)
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, x2)
+    out = kernel_fn(x1, x2, ('ntk', 'shape1', 'shape2'))
+    self.assertEqual(out._fields, ('ntk', 'shape1', 'shape2'))
+    self.assertAllClose(out.ntk, k.ntk)
+    self.assertEqual((out.shape1, out.shape2), ((3, 2), (4, 2)))
+    self.assertEqual(kernel_fn(x1, x2, 'is_gaussian'), k.is_gaussian)
+    self.assertIsNone(kernel_fn(x1, x2, 'mask1'))
+
+
+class KeywordsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_unknown_keyword_raises(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
+    x1, _ = _inputs()
+    with self.assertRaisesRegex(
+        TypeError, r"unexpected keyword argument\(s\) \['diagonal_spatail'\]"
+        r".*Accepted keywords: \['diagonal_batch', 'diagonal_spatial', "
+        r"'mask_constant'\]. Check the spelling"):
+      kernel_fn(x1, None, 'nngp', diagonal_spatail=True)
+    with self.assertRaisesRegex(TypeError, 'diagonal_spatail'):
+      kernel_fn(kernel_fn(x1, None), get='nngp', diagonal_spatail=True)
+
+  def test_keywords_read_by_a_layer_pass(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Aggregate())
+    x = jnp.ones((2, 3, 2))
+    pattern = jnp.ones((2, 3, 3))
+    kernel_fn(x, None, 'nngp', pattern=(pattern, pattern))
+    with self.assertRaisesRegex(TypeError, r"\['patern'\].*'pattern'"):
+      kernel_fn(x, None, 'nngp', patern=(pattern, pattern))
+    # A hand-written `kernel_fn(k, **kwargs)` may read any keyword.
+    seen = []
+
+    def kernel_fn_by_hand(k, **kwargs):
+      seen.append(kwargs)
+      return k
+
+    layer = (lambda rng, s: (s, ()), lambda p, x, **kw: x, kernel_fn_by_hand)
+    _, _, kernel_fn = stax.serial(stax.Dense(2), layer)
+    kernel_fn(x, None, 'nngp', scale=2.)
+    self.assertEqual(seen, [{'scale': 2.}])
+
+
 class InputsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_kernel_and_x2_raise(self):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, None)
+    with self.assertRaisesRegex(
+        ValueError, r'`x2` must be None when `kernel_fn` is given a `Kernel`: '
+        r'a Kernel already holds both sides.*Call `kernel_fn\(kernel\)`'):
+      kernel_fn(k, x2)
 
   def test_mismatched_features_raise(self):
     _, _, kernel_fn = _net()
@@ -132,39 +187,56 @@ class InputsTest(test_utils.NeuralTangentsTestCase):
 _BOOLS = (stax.Bool.NO, stax.Bool.MAYBE, stax.Bool.YES)
 _DIAGONALS = [stax.Diagonal(i, o) for i in _BOOLS for o in _BOOLS]
 
+# `a >> b` in the published release (rows `a`, columns `b`, as `input output`
+# with NO=0, MAYBE=1, YES=2): observed outputs, the compat fixture
+# `diagonal_compose.md`.
+_PUBLISHED_RSHIFT = """
+00 01 02 00 01 02 00 01 02
+00 01 02 00 01 02 00 01 02
+02 02 02 02 02 02 02 02 02
+00 01 02 00 01 02 10 11 12
+00 01 02 10 11 12 10 11 12
+12 12 12 12 12 12 12 12 12
+00 01 02 00 01 02 20 21 22
+00 01 02 20 21 22 20 21 22
+22 22 22 22 22 22 22 22 22
+"""
 
-def _allows(diagonal, output_allowed):
-  """Whether a layer with requirement `diagonal` may read a diagonal input."""
-  op = stax.requires(diagonal_batch=diagonal)(lambda k, **kwargs: k)
-  return requirements.kernel_spec(op).allowed_inputs(
-      requirements.Allowed(output_allowed, False)).diagonal_batch
+
+def _diagonal(code):
+  return stax.Diagonal(stax.Bool(int(code[0])), stax.Bool(int(code[1])))
 
 
 class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
 
-  def test_rshift_allows_what_the_sequence_allows(self):
-    for a in _DIAGONALS:
-      for b in _DIAGONALS:
-        ab = a >> b
-        self.assertEqual(ab.output, b.output)
-        for out in (False, True):
-          self.assertEqual(_allows(ab, out), _allows(a, _allows(b, out)),
-                           (a, b, out))
+  def test_default_is_published(self):
+    self.assertEqual(stax.Diagonal(), stax.Diagonal(stax.Bool.YES,
+                                                    stax.Bool.NO))
+
+  def test_rshift_and_lshift_match_published_table(self):
+    rows = _PUBLISHED_RSHIFT.split('\n')[1:-1]
+    self.assertLen(rows, 9)
+    for a, row in zip(_DIAGONALS, rows):
+      for b, expected in zip(_DIAGONALS, row.split()):
+        self.assertEqual(a >> b, _diagonal(expected), (a, b))
+        self.assertEqual(b << a, _diagonal(expected), (a, b))
 
   def test_rshift_is_associative(self):
     for a in _DIAGONALS:
       for b in _DIAGONALS:
         for c in _DIAGONALS:
           self.assertEqual((a >> b) >> c, a >> (b >> c))
+          self.assertEqual((c << b) << a, c << (b << a))
 
-  def test_rshift_examples_and_and(self):
+  def test_rshift_composes_the_backward_resolution(self):
+    for a in _DIAGONALS:
+      for b in _DIAGONALS:
+        for s in _BOOLS:
+          self.assertEqual(protocol.transfer(a >> b, s),
+                           protocol.transfer(a, protocol.transfer(b, s)))
+
+  def test_and(self):
     D, B = stax.Diagonal, stax.Bool
-    self.assertEqual(D(B.YES, B.NO) >> D(B.NO, B.NO), D(B.YES, B.NO))
-    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.NO, B.NO), D(B.NO, B.NO))
-    self.assertEqual(D(B.MAYBE, B.YES) >> D(B.NO, B.NO), D(B.YES, B.NO))
-    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.YES),
-                     D(B.YES, B.YES))
-    self.assertEqual(D(B.MAYBE, B.NO) >> D(B.MAYBE, B.NO), D(B.MAYBE, B.NO))
     self.assertEqual(D(B.YES, B.MAYBE) & D(B.MAYBE, B.YES),
                      D(B.MAYBE, B.MAYBE))
 
@@ -178,7 +250,55 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
         operator.rshift, [r.diagonal_spatial for r in per_layer]))
     self.assertEqual(combined.diagonal_batch, functools.reduce(
         operator.rshift, [r.diagonal_batch for r in per_layer]))
-    self.assertEqual(combined.diagonal_spatial.effective_input, stax.Bool.YES)
+    self.assertEqual(combined.diagonal_spatial,
+                     stax.Diagonal(stax.Bool.YES, stax.Bool.YES))
+
+  @parameterized.named_parameters(
+      # name, layers, input shape, (diagonal_batch, diagonal_spatial) the
+      # input kernel gets for the default call and for diagonal_spatial=True
+      # (None: that call raises).
+      ('mlp', lambda: [stax.Dense(2), stax.Relu()], (2, 3),
+       (True, False), (True, True)),
+      ('cnn_flatten', lambda: [stax.Conv(2, (2, 2)), stax.Relu(),
+                               stax.Flatten()], (2, 4, 4, 2),
+       (True, True), (True, True)),
+      ('cnn', lambda: [stax.Conv(2, (2, 2)), stax.Relu()], (2, 4, 4, 2),
+       (True, False), (True, True)),
+      ('cnn_global_pool', lambda: [stax.Conv(2, (2, 2)), stax.Relu(),
+                                   stax.Conv(2, (2, 2)), stax.Erf(),
+                                   stax.GlobalAvgPool()], (2, 4, 4, 2),
+       (True, False), None),
+      ('attention', lambda: [stax.Conv(2, (2,)),
+                             stax.GlobalSelfAttention(2, 2, 2, 1),
+                             stax.Flatten()], (2, 4, 2),
+       (True, False), None),
+      ('resize_nearest', lambda: [stax.ImageResize((-1, 4, 4, -1),
+                                                   'nearest'),
+                                  stax.Flatten()], (2, 2, 2, 2),
+       (True, True), (True, True)),
+      ('resize_linear', lambda: [stax.ImageResize((-1, 4, 4, -1), 'linear'),
+                                 stax.Flatten()], (2, 2, 2, 2),
+       (True, False), None),
+      ('concat_spatial', lambda: [
+          stax.FanOut(2), stax.parallel(stax.Conv(2, (2, 2)), stax.Conv(2, (2, 2))),
+          stax.FanInConcat(axis=1), stax.Flatten()], (2, 3, 3, 2),
+       (True, True), (True, True)),
+  )
+  def test_input_kernel_representation(self, layers, shape, default, diag):
+    """Which covariances the network's input kernel gets (unchanged by the
+    published `Diagonal` values: layers translated one to one)."""
+    _, _, kernel_fn = stax.serial(*layers())
+    spec = requirements.kernel_spec(kernel_fn)
+    self.assertEqual(tuple(spec.allowed_inputs(
+        requirements.Allowed(True, False))), default)
+    if diag is None:
+      with self.assertRaisesRegex(
+          ValueError, r'`diagonal_spatial=True` cannot be honoured.*needs the '
+          r'full spatial covariance.*Pass `diagonal_spatial=False`'):
+        kernel_fn(jnp.ones(shape), None, 'nngp', diagonal_spatial=True)
+    else:
+      self.assertEqual(tuple(spec.allowed_inputs(
+          requirements.Allowed(True, True))), diag)
 
 
 def _user_layer(seen):
@@ -212,27 +332,30 @@ def _Scale(c):
 
 class UndeclaredLayerTest(test_utils.NeuralTangentsTestCase):
 
-  def test_serial_gives_full_covariances(self):
+  def test_serial_gives_batch_diagonal_covariances(self):
     seen = []
     x1, x2 = _inputs((2, 3, 4, 5), (3, 3, 4, 5))
     conv = stax.Conv(4, (2, 2), padding='SAME')
     _, _, kernel_fn = stax.serial(conv, _user_layer(seen), stax.Relu())
     _, _, declared_fn = stax.serial(conv, _Scale(2.), stax.Relu())
-    for kw in ({}, {'diagonal_spatial': True}):
+    for kw, representation in (({}, (True, False)),
+                               ({'diagonal_spatial': True}, (True, True))):
       k = kernel_fn(x1, x2, **kw)
-      self.assertEqual(seen[-1], (False, False))
+      self.assertEqual(seen[-1], representation)
       desired = declared_fn(x1, x2, **kw)
       for name in ('nngp', 'ntk', 'cov1', 'cov2'):
         self.assertAllClose(getattr(k, name), getattr(desired, name))
 
-  def test_parallel_gives_full_covariances(self):
+  def test_parallel_gives_batch_diagonal_covariances(self):
     seen = []
     x1, x2 = _inputs()
     init_fn, apply_fn, kernel_fn = stax.parallel(_user_layer(seen),
                                                  stax.Dense(3))
     k = kernel_fn((x1, x1), (x2, x2))
-    self.assertEqual(seen, [(False, False)])
+    self.assertEqual(seen, [(True, False)])
     self.assertAllClose(k[0].nngp, 4 * jnp.dot(x1, x2.T) / 5)
+    self.assertEqual(k[0].cov1.shape, (3,))
+    self.assertEqual(k[0].cov2.shape, (4,))
     self.assertAllClose(k[0].cov1, 4 * jnp.sum(x1**2, axis=1) / 5)
     _, params = init_fn(jax.random.PRNGKey(0), (x1.shape, x1.shape))
     self.assertAllClose(apply_fn(params, (x1, x1))[0], 2 * x1)
@@ -240,10 +363,13 @@ class UndeclaredLayerTest(test_utils.NeuralTangentsTestCase):
 
 @stax.layer
 def _DiagonalOnly():
-  """Computes from (and so gives) only the spatial diagonal."""
-  @stax.requires(diagonal_spatial=stax.Diagonal(input=stax.Bool.YES))
+  """Declared local, but always gives only the spatial diagonal."""
+  @stax.requires()
   def kernel_fn(k, **kwargs):
-    return k
+    if k.diagonal_spatial or k.n_spatial == 0:
+      return k
+    return requirements.map_covariances(
+        k, kernel_lib.spatial_diagonal).replace(diagonal_spatial=True)
   return lambda rng, s: (s, ()), lambda p, x, **kwargs: x, kernel_fn
 
 
@@ -342,14 +468,13 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(spec.name, 'kernel_fn')
     self.assertIsNone(spec.input_axes)
     self.assertFalse(spec.supports_masking)
-    self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, True)),
-                     requirements.Allowed(False, False))
+    self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, False)),
+                     requirements.Allowed(True, False))
     self.assertFalse(protocol.is_layer_kernel_fn(_user_layer([])[2]))
     self.assertTrue(protocol.is_layer_kernel_fn(stax.Relu()[2]))
 
   def test_helpers_allow_what_their_parts_allow(self):
-    allowed = [requirements.Allowed(b, s) for b in (False, True)
-               for s in (False, True)]
+    states = [requirements.Allowed(b, s) for b in _BOOLS for s in _BOOLS]
     leaves = [protocol.KernelSpec(protocol.Requirements(a, b))
               for a, b in zip(_DIAGONALS, _DIAGONALS[::-1])]
     parts = leaves + [protocol.in_parallel(leaves[:2]),
@@ -357,16 +482,16 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
                           leaves[1:3])])]
     for a in parts:
       for b in parts:
-        for out in allowed:
+        for out in states:
           self.assertEqual(
-              protocol.compose([a, b]).allowed_inputs(out),
-              a.allowed_inputs(b.allowed_inputs(out)), (a, b, out))
+              protocol.compose([a, b]).allowed_states(out),
+              a.allowed_states(b.allowed_states(out)), (a, b, out))
       for n in (0, 1, 4):
-        for out in allowed:
+        for out in states:
           expected = out
           for _ in range(n):
-            expected = a.allowed_inputs(expected)
-          self.assertEqual(protocol.repeated(a, n).allowed_inputs(out),
+            expected = a.allowed_states(expected)
+          self.assertEqual(protocol.repeated(a, n).allowed_states(out),
                            expected)
 
 

@@ -634,7 +634,7 @@ def GlobalSelfAttention(n_chan_out: int,
     return _attention_apply(spec, params, inputs, mask)
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(input=Bool.MAYBE),
+            diagonal_batch=Diagonal(),
             diagonal_spatial=Diagonal(input=Bool.NO))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     return _attention_kernel(spec, k)

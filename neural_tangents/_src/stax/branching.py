@@ -189,29 +189,31 @@ def FanInConcat(axis: int = -1) -> Layer:
     >>> init_fn(None, [(-1, 3), (-1, 5)])[0]
     (-1, 8)
   """
+  def check_axis(ndim):
+    if not -ndim <= axis < ndim:
+      raise ValueError(
+          f'`axis`={axis} of `FanInConcat` is out of range for inputs of rank '
+          f'{ndim}. Pass an axis in [{-ndim}, {ndim}), e.g. `axis=-1` for '
+          'channels.')
+    return axis % ndim
+
   def init_fn(rng, input_shape):
     shapes = _check_fan_in(input_shape, 'FanInConcat')
-    ax = axis % len(shapes[0])
+    ax = check_axis(len(shapes[0]))
     _check_same_shapes([s[:ax] + s[ax + 1:] for s in shapes], 'FanInConcat')
-    out = list(shapes[0])
-    out[ax] = sum(s[ax] for s in shapes)
-    return tuple(out), ()
+    return _concat_shape(shapes, ax), ()
 
   def apply_fn(params, inputs, **kwargs):
     return jnp.concatenate(_check_fan_in_inputs(inputs, 'FanInConcat'),
                            axis=axis)
 
-  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
-      input=requirements.Bool.MAYBE))
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
   def kernel_fn(ks: list[Kernel], **kwargs) -> Kernel:
     ks = _check_fan_in_inputs(ks, 'FanInConcat')
     ndim = len(ks[0].shape1)
-    ax = axis % ndim
+    ax = check_axis(ndim)
     if ax == ks[0].batch_axis % ndim:
-      raise ValueError(
-          f'`FanInConcat(axis={axis})` concatenates along the batch axis, '
-          'which has no infinite-width kernel. Concatenate the inputs before '
-          'calling `kernel_fn` instead.')
+      return _concat_batch(ks, ax, axis)
     _check_same_shapes([k.shape1[:ax] + k.shape1[ax + 1:] for k in ks],
                        'FanInConcat')
     if ax == ks[0].channel_axis % ndim:
@@ -223,8 +225,61 @@ def FanInConcat(axis: int = -1) -> Layer:
 
 def _concat_shape(shapes: list[tuple[int, ...]], ax: int) -> tuple[int, ...]:
   out = list(shapes[0])
-  out[ax] = sum(s[ax] for s in shapes)
+  # `-1` is an unknown batch size at `init_fn` time.
+  out[ax] = (-1 if any(s[ax] == -1 for s in shapes) else
+             sum(s[ax] for s in shapes))
   return tuple(out)
+
+
+def _concat_batch(ks: list[Kernel], ax: int, axis: int) -> Kernel:
+  """Concatenation along the batch axis: a block-diagonal kernel.
+
+  Example `i` of branch `a` and example `j` of branch `b != a` are
+  uncorrelated when the branches end in affine layers with their own
+  zero-mean weights (their outputs are `W_a h_a`, `W_b h_b` with `W_a`, `W_b`
+  independent), for the NNGP and, in the infinite-width limit, the NTK. So
+  the `(B N1, B N2)` kernel holds each branch's `(N1, N2)` kernel on its
+  diagonal block and zeros elsewhere.
+  """
+  shared = any(ks[i] is ks[j] for i in range(len(ks))
+               for j in range(i + 1, len(ks)))
+  if shared or not all(k.is_gaussian and not k.is_input for k in ks):
+    raise ValueError(
+        f'`FanInConcat(axis={axis})` concatenates along the batch axis, whose '
+        'kernel is block-diagonal only when every branch ends in an affine '
+        'layer with its own weights (e.g. `Dense`, `Conv`); got branches '
+        'ending in other layers (or sharing their output). End each branch '
+        'of the `parallel` with a `Dense` or convolution, or concatenate the '
+        'inputs before calling `kernel_fn`.')
+  _check_same_shapes([k.shape1[:ax] + k.shape1[ax + 1:] for k in ks],
+                     'FanInConcat')
+  n_cov = 1 if ks[0].diagonal_batch else 2
+
+  def pairs(xs):  # (N1, N2, ...) blocks on the diagonal of (B N1, B N2, ...).
+    if any(x is None for x in xs):
+      return None
+    total, start, rows = sum(x.shape[1] for x in xs), 0, []
+    for x in xs:
+      pad = [(0, 0)] * x.ndim
+      pad[1] = (start, total - start - x.shape[1])
+      rows.append(jnp.pad(x, pad))
+      start += x.shape[1]
+    return jnp.concatenate(rows)
+
+  def covs(xs):
+    if any(x is None for x in xs):
+      return None
+    return jnp.concatenate(xs) if n_cov == 1 else pairs(xs)
+
+  return ks[0].replace(
+      nngp=pairs([k.nngp for k in ks]),
+      ntk=pairs([k.ntk for k in ks]),
+      cov1=covs([k.cov1 for k in ks]),
+      cov2=covs([k.cov2 for k in ks]),
+      is_gaussian=True,
+      is_input=False,
+      shape1=_concat_shape([k.shape1 for k in ks], ax),
+      shape2=_concat_shape([k.shape2 for k in ks], ax))
 
 
 def _concat_channels(ks: list[Kernel], ax: int) -> Kernel:

@@ -70,6 +70,13 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
     return input_shape, params
 
   def apply_fn(params, inputs, **kwargs):
+    if not isinstance(params, (list, tuple)) or len(params) != len(layers):
+      got = (f'{len(params)} entries' if isinstance(params, (list, tuple))
+             else f'a {type(params).__name__}')
+      raise ValueError(
+          f'`params` of `serial` of {len(layers)} layers must be a list with '
+          f'one entry per layer ({len(layers)} entries); got {got}. Pass the '
+          'params that this `serial`\'s `init_fn` returns.')
     rngs = _split_rng(kwargs.pop('rng', None), len(apply_fns))
     for layer_apply_fn, param, rng in zip(apply_fns, params, rngs):
       inputs = layer_apply_fn(param, inputs, rng=rng, **kwargs)
@@ -285,6 +292,15 @@ def repeat_params_to_serial(params: Any, n: int) -> list[Any]:
   """
   if n == 0:
     return []
+  stacked = params.rest if isinstance(params, RepeatParams) else params
+  leaves = jax.tree_util.tree_leaves(stacked)
+  if leaves:
+    depth = jnp.shape(leaves[0])[0] + isinstance(params, RepeatParams)
+    if n > depth:
+      raise ValueError(
+          f'`n`={n} is larger than the depth of the stacked `params` '
+          f'({depth} layers). Pass the `n` of the `repeat(layer, n)` whose '
+          '`init_fn` made these params.')
   if isinstance(params, RepeatParams):
     return [params.first] + _unstack(params.rest, n - 1)
   return _unstack(params, n)

@@ -485,6 +485,17 @@ def nngp_fn_kernel_map(nngp_fn: NngpFn,
 # Applying a kernel map to a `Kernel`.
 
 
+def sides_are_one(k: Kernel) -> bool:
+  """Whether `k` is trusted to be the kernel of `x1` with itself.
+
+  A hand-built `Kernel` may carry `x1_is_x2=True` with two different sides
+  (e.g. a test-train kernel with `cov2` the train variances); only one whose
+  `cov2` is `None` (as `x2=None` gives) and whose `nngp` is square is.
+  """
+  return (k.x1_is_x2 and k.cov2 is None and
+          k.nngp.shape[0] == k.nngp.shape[1])
+
+
 def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
   """`nngp` of `x1` with itself, its batch diagonal set to `cov1`.
 
@@ -541,7 +552,7 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
   nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], c, k.ntk)
   cov2 = (None if k.cov2 is None else
           kernel_map(*variances['cov2'], k.cov2, False)[0])
-  if k.x1_is_x2:
+  if sides_are_one(k):
     nngp = _with_batch_diagonal(nngp, cov1)
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False)

@@ -89,9 +89,9 @@ def ensure_full_spatial(k: Kernel) -> Kernel:
   """The full spatial representation of `k`, for layers that need it.
 
   Requirement resolution only hands a spatially diagonal kernel to a layer
-  declaring `Diagonal(input=Bool.NO)` when every off-diagonal entry is known
-  to be zero (after a layer with `Diagonal(output=Bool.YES)`), so embedding the
-  diagonal is exact.
+  declaring `Diagonal(input=Bool.NO)` after a layer declaring
+  `Diagonal(output=Bool.YES)`, whose off-diagonal entries are zero, so
+  embedding the diagonal is exact.
   """
   if not k.diagonal_spatial or k.n_spatial == 0:
     return k

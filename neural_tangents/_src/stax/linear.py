@@ -261,7 +261,8 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
     return out if batch_axis_out == 0 else out.T
 
   @requires(batch_axis=batch_axis, diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.YES))
+            diagonal_spatial=Diagonal(input=Bool.YES,
+                                              output=Bool.YES))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     def position_mean(x, n_batch):
       if x is None:

@@ -4,8 +4,8 @@ A stax layer's kernel op (a function `Kernel -> Kernel`, or lists of kernels
 for branching layers) carries one `KernelSpec` in its `kernel_spec`
 attribute, and the public `kernel_fn` that `@layer` makes carries its op in
 `kernel_op`. `kernel_spec(fn)` reads the spec of either (or of a `kernel_fn`
-written by hand, which declares nothing and gets full covariances). The spec
-says:
+written by hand, which declares nothing and is treated as a local layer,
+`@requires()`). The spec says:
 
 * which representations of its input kernel the op can read, given those its
   output may be stored in (`Requirements`, one `Diagonal` per axis kind; see
@@ -48,11 +48,27 @@ class Bool(enum.IntEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Diagonal:
-  """Whether a layer can take (`input`) or always gives (`output`) diagonals.
+  """Whether a layer can take (`input`) diagonal covariances, and whether its
+  `output` lets what follows it decide that.
 
-  See the `requirements` module docstring for the meaning of each value.
+  Values are those of the published Neural Tangents release (see the
+  `requirements` module docstring for their meaning): `Diagonal()` is
+  `Diagonal(input=YES, output=NO)`, a local layer (e.g. `Dense`, `Relu`).
+
+  Composition: `a >> b` (`a`'s layer followed by `b`'s) and `b << a` (the
+  same) are associative; with `a = (i, o)`,
+
+    a >> b = a                                   if o == YES,
+    a >> b = (i if b.input + o >= 2 else NO, b.output)   otherwise.
+
+  Example:
+    >>> Diagonal() >> Diagonal(input=Bool.NO)
+    Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
+    >>> Diagonal(input=Bool.NO) << Diagonal() == Diagonal() >> Diagonal(
+    ...     input=Bool.NO)
+    True
   """
-  input: Bool = Bool.MAYBE
+  input: Bool = Bool.YES
   output: Bool = Bool.NO
 
   def __and__(self, other: 'Diagonal') -> 'Diagonal':
@@ -61,30 +77,31 @@ class Diagonal:
                     output=self.output & other.output)
 
   def __rshift__(self, other: 'Diagonal') -> 'Diagonal':
-    """Requirement of `self`'s layer followed by `other`'s (`serial`).
+    """Requirement of `self`'s layer followed by `other`'s (`serial`)."""
+    if self.output == Bool.YES:
+      return self
+    return Diagonal(input=transfer(self, other.input), output=other.output)
 
-    The composite's output is `other`'s. Its input is decided by the first
-    layer that decides it: a layer decides (`YES` or `NO`) unless its input is
-    `MAYBE` with an output that is not `YES` (a `MAYBE` input with a `YES`
-    output is a `YES`: its own output may always be diagonal). If neither
-    decides, the composite's input is `MAYBE`: it follows what the rest of
-    the network allows. `>>` is associative, and `a >> b` allows exactly the
-    inputs that applying `a` then `b` allows.
+  def __lshift__(self, other: 'Diagonal') -> 'Diagonal':
+    """`self << other` is `other >> self`: `other`'s layer, then `self`'s."""
+    return other >> self
 
-    Example:
-      >>> Diagonal(input=Bool.MAYBE) >> Diagonal(input=Bool.NO)
-      Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
-    """
-    first = self.effective_input
-    input_ = first if first != Bool.MAYBE else other.effective_input
-    return Diagonal(input=input_, output=other.output)
 
-  @property
-  def effective_input(self) -> Bool:
-    """`input`, with a `MAYBE` that always holds (a `YES` output) as `YES`."""
-    if self.input == Bool.MAYBE and self.output == Bool.YES:
-      return Bool.YES
-    return self.input
+def transfer(diagonal: Diagonal, allowed: Bool) -> Bool:
+  """Whether a layer's input may be diagonal, given whether its output may.
+
+  `allowed` is what the layers after it allow (`YES` for a diagonal
+  representation asked for at the network's output); the result is what
+  they and the layer allow together. `Diagonal` composes as these maps do:
+  `transfer(a >> b, s) == transfer(a, transfer(b, s))`.
+
+  Example:
+    >>> transfer(Diagonal(), Bool.YES), transfer(Diagonal(), Bool.NO)
+    (<Bool.YES: 2>, <Bool.NO: 0>)
+  """
+  if diagonal.output == Bool.YES or allowed + diagonal.output >= 2:
+    return diagonal.input
+  return Bool.NO
 
 
 class Allowed(NamedTuple):
@@ -112,14 +129,26 @@ class Requirements(NamedTuple):
                         self.diagonal_spatial >> other.diagonal_spatial)
 
 
-def _allowed_input(diagonal: Diagonal, output_allowed: bool) -> bool:
-  if diagonal.output == Bool.YES:
-    output_allowed = True
-  if diagonal.input == Bool.YES:
-    return True
-  if diagonal.input == Bool.MAYBE:
-    return output_allowed
-  return False
+def _as_states(allowed: Any) -> Any:
+  """`Allowed` of bools as `Allowed` of `Bool`s (`True` -> `YES`), nested."""
+  if isinstance(allowed, Allowed):
+    return Allowed(*(Bool.YES if a else Bool.NO for a in allowed))
+  return [_as_states(a) for a in allowed]
+
+
+def _as_bools(states: Any) -> Any:
+  """The inverse of `_as_states`: only a `YES` state allows a diagonal."""
+  if isinstance(states, Allowed):
+    return Allowed(*(bool(s == Bool.YES) for s in states))
+  return [_as_bools(s) for s in states]
+
+
+def _conjunction_states(states: Any) -> Allowed:
+  if isinstance(states, Allowed):
+    return states
+  leaves = [_conjunction_states(s) for s in states]
+  return Allowed(Bool(min(s.diagonal_batch for s in leaves)),
+                 Bool(min(s.diagonal_spatial for s in leaves)))
 
 
 class Combination(enum.Enum):
@@ -129,9 +158,10 @@ class Combination(enum.Enum):
   REPEAT = 'repeat'
 
 
-# A `kernel_fn` written by hand declares nothing: it is given full covariances.
-_FULL = Diagonal(input=Bool.NO)
-UNDECLARED = Requirements(_FULL, _FULL)
+# A `kernel_fn` written by hand declares nothing: it is treated as a local
+# layer, `@requires()` with its defaults (as in the published release), so
+# with `kernel_fn`'s defaults it gets the batch diagonal of `cov1` / `cov2`.
+UNDECLARED = Requirements(Diagonal(), Diagonal())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +182,9 @@ class KernelSpec:
     supports_masking: whether the layer handles masked inputs (see
       `masking`); one that does not refuses them.
     name: the layer's name, for messages.
+    keywords: the keyword arguments of `kernel_fn` the layer reads (e.g.
+      `pattern` for `Aggregate`), or `None` if it may read any (a hand-written
+      `kernel_fn(k, **kwargs)`); the public `kernel_fn` refuses the others.
   """
   requirements: Optional[Requirements] = Requirements(Diagonal(), Diagonal())
   combination: Optional[Combination] = None
@@ -160,6 +193,8 @@ class KernelSpec:
   input_axes: Any = None
   supports_masking: bool = False
   name: Optional[str] = dataclasses.field(default=None, compare=False)
+  keywords: Optional[frozenset[str]] = dataclasses.field(default=frozenset(),
+                                                         compare=False)
 
   def allowed_inputs(self, output_allowed: Any) -> Any:
     """The representations the input may have, given those of the output.
@@ -171,27 +206,30 @@ class KernelSpec:
     Returns:
       An `Allowed`, or a list of them (one per input) for `parallel`.
     """
+    return _as_bools(self.allowed_states(_as_states(output_allowed)))
+
+  def allowed_states(self, output_states: Any) -> Any:
+    """`allowed_inputs` on `Bool` states (`transfer` of each layer)."""
     if self.combination is None:
-      out = conjunction(output_allowed)
+      out = _conjunction_states(output_states)
       return Allowed(
-          _allowed_input(self.requirements.diagonal_batch, out.diagonal_batch),
-          _allowed_input(self.requirements.diagonal_spatial,
-                         out.diagonal_spatial))
+          transfer(self.requirements.diagonal_batch, out.diagonal_batch),
+          transfer(self.requirements.diagonal_spatial, out.diagonal_spatial))
     if self.combination == Combination.SERIAL:
       for part in reversed(self.parts):
-        output_allowed = part.allowed_inputs(output_allowed)
-      return output_allowed
+        output_states = part.allowed_states(output_states)
+      return output_states
     if self.combination == Combination.PARALLEL:
-      if isinstance(output_allowed, Allowed):
-        output_allowed = [output_allowed] * len(self.parts)
-      return [p.allowed_inputs(a) for p, a in zip(self.parts, output_allowed)]
+      if isinstance(output_states, Allowed):
+        output_states = [output_states] * len(self.parts)
+      return [p.allowed_states(a) for p, a in zip(self.parts, output_states)]
     # REPEAT: the allowances reach a fixed point after a few applications.
     for _ in range(self.depth):
-      new = self.parts[0].allowed_inputs(output_allowed)
-      if new == output_allowed:
+      new = self.parts[0].allowed_states(output_states)
+      if new == output_states:
         break
-      output_allowed = new
-    return output_allowed
+      output_states = new
+    return output_states
 
   @property
   def output_diagonal(self) -> Bool:
@@ -217,9 +255,9 @@ def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
   ride along with the kernels, and each layer checks its own.
 
   Example:
-    >>> a = KernelSpec(Requirements(Diagonal(), Diagonal(input=Bool.YES)))
-    >>> compose([a, a]).requirements.diagonal_spatial
-    Diagonal(input=<Bool.YES: 2>, output=<Bool.NO: 0>)
+    >>> a = KernelSpec(Requirements(Diagonal(), Diagonal(input=Bool.NO)))
+    >>> compose([KernelSpec(), a]).requirements.diagonal_spatial
+    Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
   """
   specs = tuple(specs)
   axes = next((s.input_axes for s in specs if s.input_axes is not None), None)
@@ -227,16 +265,19 @@ def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
     return KernelSpec(
         requirements=functools.reduce(operator.rshift,
                                       [s.requirements for s in specs]),
-        input_axes=axes, supports_masking=True)
+        input_axes=axes, supports_masking=True,
+        keywords=union_keywords(specs))
   return KernelSpec(requirements=None, combination=Combination.SERIAL,
-                    parts=specs, input_axes=axes, supports_masking=True)
+                    parts=specs, input_axes=axes, supports_masking=True,
+                    keywords=union_keywords(specs))
 
 
 def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
   """The spec of `specs`' layers applied to one input each (`parallel`).
 
   Example:
-    >>> spec = in_parallel([KernelSpec(), KernelSpec(UNDECLARED)])
+    >>> no = Diagonal(input=Bool.NO)
+    >>> spec = in_parallel([KernelSpec(), KernelSpec(Requirements(no, no))])
     >>> spec.allowed_inputs(Allowed(True, True))
     [Allowed(diagonal_batch=True, diagonal_spatial=True),
      Allowed(diagonal_batch=False, diagonal_spatial=False)]
@@ -244,7 +285,7 @@ def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
   specs = tuple(specs)
   return KernelSpec(requirements=None, combination=Combination.PARALLEL,
                     parts=specs, input_axes=[s.input_axes for s in specs],
-                    supports_masking=True)
+                    supports_masking=True, keywords=union_keywords(specs))
 
 
 def repeated(spec: KernelSpec, n: int) -> KernelSpec:
@@ -258,7 +299,39 @@ def repeated(spec: KernelSpec, n: int) -> KernelSpec:
   """
   return KernelSpec(requirements=None, combination=Combination.REPEAT,
                     parts=(spec,), depth=n, input_axes=spec.input_axes,
-                    supports_masking=False)
+                    supports_masking=False, keywords=spec.keywords)
+
+
+def union_keywords(specs: Sequence[KernelSpec]) -> Optional[frozenset[str]]:
+  """The keywords read by any of `specs`' layers (`None`: any keyword)."""
+  if any(s.keywords is None for s in specs):
+    return None
+  return frozenset().union(*(s.keywords for s in specs))
+
+
+def read_keywords(kernel_op: Callable, *, var_keyword_reads_all: bool
+                  ) -> Optional[frozenset[str]]:
+  """The keyword arguments `kernel_op(k, ...)` names after its kernel.
+
+  Args:
+    kernel_op: a kernel op or a hand-written `kernel_fn`.
+    var_keyword_reads_all: whether a `**kwargs` parameter means the op may
+      read any keyword (`None` is returned), as for a hand-written
+      `kernel_fn`; a stax layer's op takes `**kwargs` only to ignore them.
+
+  Example:
+    >>> def op(k, *, pattern=None, **kwargs): return k
+    >>> read_keywords(op, var_keyword_reads_all=False)
+    frozenset({'pattern'})
+  """
+  try:
+    params = list(inspect.signature(kernel_op).parameters.values())
+  except (TypeError, ValueError):
+    return None
+  if var_keyword_reads_all and any(p.kind == p.VAR_KEYWORD for p in params):
+    return None
+  return frozenset(p.name for p in params[1:]
+                   if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 # -----------------------------------------------------------------------------
@@ -279,7 +352,9 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
   """The spec of a kernel op or of a layer's public `kernel_fn`.
 
   A `kernel_fn` written by hand (no `@requires`, no `@layer`) gets the
-  default spec: full covariances (`UNDECLARED`), no declared axes, no masking.
+  default spec: the requirements of `@requires()` (`UNDECLARED`: a local
+  layer, given batch-diagonal `cov1` / `cov2` by default), no declared axes,
+  no masking.
 
   Example:
     >>> kernel_spec(lambda k: k).requirements == UNDECLARED
@@ -291,7 +366,9 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
   if spec is not None:
     return spec
   return KernelSpec(requirements=UNDECLARED,
-                    name=getattr(kernel_fn, '__name__', 'kernel_fn'))
+                    name=getattr(kernel_fn, '__name__', 'kernel_fn'),
+                    keywords=read_keywords(kernel_fn,
+                                           var_keyword_reads_all=True))
 
 
 def is_layer_kernel_fn(kernel_fn: Callable) -> bool:
@@ -333,17 +410,18 @@ def _accepted_kwargs(fn: Callable) -> Optional[frozenset[str]]:
 def undeclared_kernel_op(kernel_fn: Callable) -> Callable:
   """A kernel op for a `kernel_fn(k, **kwargs)` declaring no requirements.
 
-  It is given full covariances (the requirement
-  `Diagonal(input=Bool.NO)` for both the batch and the spatial axes), and only
-  the keyword arguments its signature names (all of them if it takes
+  It is treated as a local layer (`Diagonal()` for both the batch and the
+  spatial axes, as `@requires()`: with `kernel_fn`'s defaults it receives
+  `cov1` of shape `(N1,)`, `diagonal_batch=True`), and is given only the
+  keyword arguments its signature names (all of them if it takes
   `**kwargs`).
 
   Example:
     >>> def kernel_fn(k, **kwargs):  # No `@requires`.
     ...   return k.replace(nngp=2 * k.nngp, ntk=2 * k.ntk)
     >>> op = undeclared_kernel_op(kernel_fn)
-    >>> kernel_spec(op).allowed_inputs(Allowed(True, True))
-    Allowed(diagonal_batch=False, diagonal_spatial=False)
+    >>> kernel_spec(op).allowed_inputs(Allowed(True, False))
+    Allowed(diagonal_batch=True, diagonal_spatial=False)
   """
   accepted = _accepted_kwargs(kernel_fn)
 

@@ -17,21 +17,31 @@ that users call, which:
 
 A layer written by hand, `(init_fn, apply_fn, kernel_fn)` with a plain
 `kernel_fn(k, **kwargs)` (no `@requires`, no `@layer`), works in `serial` and
-`parallel` and is given full covariances (`diagonal_batch=False`,
-`diagonal_spatial=False`). `serial` raises a `ValueError` when two
-consecutive layers cannot agree on a representation (one gives only spatial
-diagonals, the next needs the full covariance).
+`parallel` and is treated as a local layer, as if decorated with
+`@requires()` (the published release's default): with `kernel_fn`'s defaults
+it receives batch-diagonal covariances (`cov1` of shape `(N1,)`,
+`diagonal_batch=True`) and full spatial ones. `serial` raises a `ValueError`
+when a layer gives only spatial diagonals to one that needs the full
+covariance.
 
 Representation requirements are stated per axis kind (`diagonal_batch`,
-`diagonal_spatial`) with a `Diagonal(input, output)`:
+`diagonal_spatial`) with a `Diagonal(input, output)`, with the values and the
+composition (`>>`, `<<`) of the published release. Resolution runs backwards
+from the network's output with a level `s` (`YES` where a diagonal output is
+asked for, else `NO`): a layer with `Diagonal(i, o)` passes on `i` if
+`o == YES` or `s + o >= 2`, else `NO` (`protocol.transfer`); the input kernel
+is diagonal where the level reaching it is `YES`. So:
 
-* `input=Bool.YES`: the layer can always compute from a diagonal input (e.g.
-  `Flatten` only needs the spatial diagonal); `Bool.MAYBE`: it can if its own
-  output is allowed to be diagonal (local layers: `Dense`, nonlinearities,
-  convolutions); `Bool.NO`: it needs the full input (e.g. global pooling).
-* `output=Bool.YES`: the layer's output has zero off-diagonal entries, so it
-  can serve a diagonal representation whatever it receives (untied weights);
-  `Bool.NO` otherwise.
+* `Diagonal()`, i.e. `(input=YES, output=NO)`: a local layer (`Dense`,
+  nonlinearities, convolutions): it computes from a diagonal input iff what
+  follows allows a diagonal.
+* `input=Bool.NO`: it needs the full input (global pooling, attention).
+* `(input=YES, output=YES)`: whatever follows is computed from the diagonal
+  (the output has no off-diagonal entries left, as `Flatten`'s has no spatial
+  axes), so its input may always be diagonal.
+* `MAYBE` is an intermediate level: an `input=MAYBE` is passed on only by
+  layers whose `output` is `MAYBE` or `YES`, and never makes the network's
+  input diagonal by itself.
 
 What a layer declares is one `KernelSpec` on its kernel op, read with
 `kernel_spec(kernel_fn)` (see `protocol`).
@@ -85,6 +95,12 @@ from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
 GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
+# Any `Kernel` field is a valid `get` (e.g. `('ntk', 'shape1', 'shape2')`);
+# `GET_VALUES` are the covariances, named first in messages.
+GET_FIELDS = GET_VALUES + tuple(
+    f.name for f in dataclasses.fields(Kernel) if f.name not in GET_VALUES)
+# Keywords that the public `kernel_fn` itself reads.
+KERNEL_FN_KEYWORDS = ('diagonal_batch', 'diagonal_spatial', 'mask_constant')
 
 
 def requires(diagonal_batch: Diagonal = Diagonal(),
@@ -111,7 +127,9 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
                     input_axes=input_axes)
 
   def decorator(kernel_op: Callable) -> Callable:
-    return protocol.with_spec(kernel_op, spec)
+    return protocol.with_spec(kernel_op, dataclasses.replace(
+        spec, keywords=protocol.read_keywords(kernel_op,
+                                              var_keyword_reads_all=False)))
   return decorator
 
 
@@ -119,20 +137,26 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 # The public `kernel_fn`.
 
 
-def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
-  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
+def _parse_get_single(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
+  """`(names or None, single)` of `get`, or raises `ValueError`."""
   try:
-    return arguments.parse_get(get, GET_VALUES)[0]
+    return arguments.parse_get(get, GET_FIELDS)
   except ValueError as e:
     raise ValueError(
-        f'`get` must be None, one of {GET_VALUES}, or a tuple of them; got '
+        f'`get` must be None, one of {GET_VALUES} (or another `Kernel` field '
+        f'name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
         f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk"). ({e})'
     ) from None
 
 
+def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
+  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
+  return _parse_get_single(get)[0]
+
+
 def _select(k: Any, get: Any) -> Any:
   """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
-  names = _parse_get(get)
+  names, single = _parse_get_single(get)
   if names is None:
     return k
   if isinstance(k, (list, tuple)):
@@ -142,14 +166,14 @@ def _select(k: Any, get: Any) -> Any:
     if name == 'cov2' and k.cov2 is None:
       return k.cov1
     value = getattr(k, name)
-    if value is None:
+    if value is None and name in GET_VALUES:
       raise ValueError(
           f'`get={get!r}` asks for {name!r}, which this kernel does not hold. '
           'Ask for it when calling `kernel_fn`, e.g. get=("nngp", "ntk").')
     return value
 
-  if isinstance(get, str):
-    return field(get)
+  if single:
+    return field(names[0])
   return utils.get_namedtuple(names)(*(field(name) for name in names))
 
 
@@ -298,8 +322,9 @@ def match_representation(k: Any, allowed: Any) -> Any:
 
   A full kernel where a diagonal one is allowed is reduced to its diagonal
   when the allowance is what the caller requested; a diagonal kernel where a
-  full one is needed is only produced by layers whose output has zero
-  off-diagonal entries (`Diagonal(output=Bool.YES)`), and is embedded.
+  full one is needed is only produced by layers declaring
+  `Diagonal(output=Bool.YES)` (nothing after them needs off-diagonal
+  entries), and is embedded.
   """
   if isinstance(k, (list, tuple)):
     if isinstance(allowed, Allowed):
@@ -426,12 +451,19 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     """
     names = _parse_get(get)
     mask_constant = kwargs.pop('mask_constant', None)
+    spec = kernel_spec(kernel_op)
+    _check_keywords(spec, kwargs)
     if is_kernel_tree(x1_or_kernel):
+      if jax.tree_util.tree_leaves(x2):
+        raise ValueError(
+            '`x2` must be None when `kernel_fn` is given a `Kernel`: a '
+            'Kernel already holds both sides (its `nngp` is the x1-x2 '
+            f'covariance); got x2 of type {type(x2).__name__}. Call '
+            '`kernel_fn(kernel)`, or `kernel_fn(x1, x2)` with input arrays.')
       return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
-    spec = kernel_spec(kernel_op)
     allowed_in = _broadcast_allowed(spec.allowed_inputs(requested),
                                     x1_or_kernel)
     axes = _broadcast_axes(spec.input_axes, x1_or_kernel)
@@ -451,11 +483,28 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       if isinstance(x1, (list, tuple)):
         return type(x1)(build(*leaves) for leaves in zip(x1, x2, allowed,
                                                          axes))
-      return to_kernel(x1, x2, allowed, axes)
+      k = to_kernel(x1, x2, allowed, axes)
+      if requested.diagonal_spatial and k.n_spatial and not k.diagonal_spatial:
+        full_inputs.append(k.shape1)
+      return k
+
+    def check_diagonal_spatial(out):
+      """Refuses `diagonal_spatial=True` where nothing spatial is returned
+      and a layer needed the full spatial covariance (as published); a
+      spatial output is returned as its diagonal."""
+      if full_inputs and not _spatially_shaped(out):
+        raise ValueError(
+            '`diagonal_spatial=True` cannot be honoured by this network: a '
+            'layer in it (e.g. global pooling, attention, a non-nearest '
+            'resize, `Aggregate`) needs the full spatial covariance of its '
+            f'input, for inputs of shape {full_inputs[0]}. Pass '
+            '`diagonal_spatial=False` (the default).')
 
     x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
+    full_inputs = []
     k = build(x1_or_kernel, x2s, allowed_in, axes)
     out = kernel_op(k, **kwargs)
+    check_diagonal_spatial(out)
     out = match_representation(out, requested)
     if not compute_ntk:
       out = _drop_ntk(out)
@@ -463,6 +512,26 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
 
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
+
+
+def _spatially_shaped(k: Any) -> bool:
+  """Whether any kernel of `k` has spatial axes."""
+  if isinstance(k, (list, tuple)):
+    return any(_spatially_shaped(ki) for ki in k)
+  return k.n_spatial > 0
+
+
+def _check_keywords(spec: KernelSpec, kwargs: dict[str, Any]) -> None:
+  """Raises `TypeError` for keywords that no layer of the network reads."""
+  if spec.keywords is None:  # A hand-written layer taking `**kwargs`.
+    return
+  unknown = sorted(set(kwargs) - spec.keywords)
+  if unknown:
+    accepted = sorted(set(KERNEL_FN_KEYWORDS) | spec.keywords)
+    raise TypeError(
+        f'`kernel_fn` got unexpected keyword argument(s) {unknown}: no layer '
+        f'of this network reads them. Accepted keywords: {accepted}. Check '
+        'the spelling (e.g. `diagonal_spatial`).')
 
 
 def _unreversed(k: Any) -> Any:
@@ -520,9 +589,10 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
   """Raises if `consumer` needs full spatial covariances `producer` lacks.
 
   A spatially diagonal kernel can only feed a layer needing the full
-  covariance when the producer declares that its output has zero
-  off-diagonal entries (`Diagonal(output=Bool.YES)`); otherwise the two
-  layers cannot agree on a representation and the kernel would be wrong.
+  covariance when the producer declares `Diagonal(output=Bool.YES)` (its
+  off-diagonal entries are zero); otherwise the producer returned a diagonal
+  where its declaration promised full covariances, and the kernel would be
+  wrong.
 
   Args:
     producer: the op that produced `k` (`None` for the network's input).
@@ -543,8 +613,9 @@ def check_representation(producer: Optional[Callable], consumer: Callable,
       f'Layers `{p}` and `{c}` cannot agree on a kernel representation: `{c}` '
       'needs the full spatial covariance of its input (diagonal_spatial='
       f'False), but `{p}` before it gives only its spatial diagonal. Declare '
-      f'`{p}`\'s kernel_fn with `@requires(diagonal_spatial=Diagonal(input='
-      'Bool.MAYBE))` if it can compute full covariances from full ones, or '
-      f'with `output=Bool.YES` if its off-diagonal entries are zero; or '
+      f'`{p}`\'s kernel_fn with `@requires(diagonal_spatial=Diagonal('
+      'input=Bool.NO))` if it needs full covariances, make it return full '
+      'covariances when given full ones (what `Diagonal()` declares), or '
+      'declare `output=Bool.YES` if its off-diagonal entries are zero; or '
       f'remove `{c}` after it.')
 

@@ -150,7 +150,7 @@ def ImageResize(shape: Sequence[int],
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(),
-            diagonal_spatial=Diagonal(input=Bool.MAYBE if selects else
+            diagonal_spatial=Diagonal(input=Bool.YES if selects else
                                       Bool.NO))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'ImageResize')
@@ -234,12 +234,10 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
 
   * Spatial axes: ints and slices select positions, so the kernel is indexed
     the same way on both axes of each spatial pair (an int removes the pair).
-  * Channel axis: a slice keeps a subset of channels. Hidden channels are
-    i.i.d., so the kernel is unchanged (only the channel count changes); raw
-    inputs' channels are not, so `kernel_fn` raises `ValueError` for them
-    (index the inputs before calling `kernel_fn`). This also assumes the
-    channels were not built by concatenating different branches
-    (`FanInConcat` on channels).
+  * Channel axis: `apply_fn` keeps a subset of channels, but `kernel_fn`
+    raises `NotImplementedError` (as the published release does): the
+    channels of raw inputs, or of a `FanInConcat` on channels, are not
+    identically distributed. Index the inputs before calling `kernel_fn`.
   * Batch axis: a slice selects examples of both `x1` and `x2`; the kernel's
     rows and columns are indexed alike.
   * Ints on the batch or channel axis (which would remove the axis) raise a
@@ -308,14 +306,14 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
     ndim = len(k.shape1)
     full = resolve(ndim)
     b, c = k.batch_axis % ndim, k.channel_axis % ndim
-    if full[c] != slice(None) and k.is_input:
-      raise ValueError(
-          f'`Index` of the channel axis ({full[c]}) of raw inputs: their '
-          'channels are not identically distributed, so their kernel cannot '
-          'be computed from that of all channels. Index the inputs before '
-          'calling `kernel_fn`, or index channels after a `Dense` layer.')
-    if full[c] != slice(None) and _indexed_size(full[c], k.shape1[c]) == 0:
-      raise ValueError(f'`idx`={idx!r} keeps no channel. Keep at least one.')
+    if full[c] != slice(None):
+      raise NotImplementedError(
+          f'`Index` with `idx`={idx!r} indexes the channel axis ({full[c]}), '
+          'which has no kernel here (as in the published release): the '
+          'channels of raw inputs are not identically distributed, and those '
+          'of a `FanInConcat` on channels are not either. Index the inputs '
+          'before calling `kernel_fn`, or index only the batch and spatial '
+          'axes.')
     spatial_idx = [full[a] for a in standard_order(ndim, b, c)[1:-1]]
 
     def index_axis(x, axis, i):
@@ -483,7 +481,7 @@ def DotGeneral(lhs: Optional[Array] = None,
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
             diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(
-                input=Bool.NO if const is not None else Bool.MAYBE))
+                input=Bool.NO if const is not None else Bool.YES))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'DotGeneral')
     if const is None:
