@@ -1,15 +1,13 @@
 """Exact GP posterior (`gp_inference`): NNGP, NTK-GP, or infinitely wide
 networks trained to convergence."""
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-from neural_tangents._src.predict.flow import _Eigen
-from neural_tangents._src.predict.flow import _eigh_psd
-from neural_tangents._src.predict.flow import _integrated_relaxation
-from neural_tangents._src.predict.flow import _posterior_covariance
-from neural_tangents._src.predict.flow import _regularize
-from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict import solve
+from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_kernel
 from neural_tangents._src.predict.layout import _is_kernel_like
@@ -35,6 +33,11 @@ def gp_inference(
     diag_reg: float = 0.,
     diag_reg_absolute_scale: bool = False,
     trace_axes: Axes = (-1,),
+    *,
+    solver: str = 'cholesky',
+    tol: float = 1e-5,
+    maxiter: Optional[int] = None,
+    preconditioner_rank: int = 100,
 ) -> Callable[..., Any]:
   """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
@@ -65,7 +68,11 @@ def gp_inference(
 
     with the train-train NNGP `K` not regularized.
 
-  Each train-train kernel is eigendecomposed once, on first use.
+  Each train-train kernel is factored once, on first use: by default a
+  Cholesky factorization of `Theta_reg` (a kernel singular to working
+  precision falls back to the pseudo-inverse of its eigendecomposition, with
+  a warning; an indefinite one raises a `ValueError` naming the `diag_reg`
+  that would fix it). See `docs/predict.md` for choosing `solver`.
 
   Args:
     k_train_train: train-train kernel: an array (used as the kernel of any
@@ -77,6 +84,14 @@ def gp_inference(
       train-train kernel, relative to its mean diagonal entry.
     diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
     trace_axes: output axes traced out of the kernels.
+    solver: how `Theta_reg` is solved: 'cholesky' (default), 'eigh'
+      (pseudo-inverse of singular kernels), or 'cg' (conjugate gradients;
+      the train-train kernel may then be a numpy array, an `np.memmap` or a
+      `nt.predict.KernelRows`, and is never copied).
+    tol: 'cg': relative residual at which to stop.
+    maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
+    preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
+      (0: none).
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
@@ -85,7 +100,9 @@ def gp_inference(
     itself for a string or when all kernels are arrays and `get=None`), a
     `Gaussian(mean, covariance)`; `covariance` is `None` unless `k_test_test`
     is given. `k_test_train=None` predicts on the training points (with the
-    unregularized kernel).
+    unregularized kernel). `predict_fn.solve_info` maps each train-train
+    kernel solved ('nngp', 'ntk') to the `SolveInfo` of its last solve
+    (iterations and relative residual for 'cg').
 
   Example:
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
@@ -111,8 +128,13 @@ def gp_inference(
             f'`{arg}` has no "{kernel}" kernel; `get="nngp"` needs "nngp", '
             '"ntk" and "ntkgp" need "ntk", and the "ntk" covariance also needs'
             ' "nngp". Pass a kernel that contains it.')
-    k = jnp.asarray(k)
+    if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
+            n_pairs == 0):
+      # Host and row-block train kernels stay where they are (no copy).
+      k = jnp.asarray(k)
     _check_kernel(k, arg, y_train, layout, trace_axes, square=square)
+    if not isinstance(k, jax.Array):
+      return k
     return _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
                              n_pairs)
 
@@ -120,13 +142,25 @@ def gp_inference(
     return _cached(cache, ('k', kernel),
                    lambda: matrix(k_train_train, kernel, 'k_train_train', True))
 
-  def flow(kernel: str) -> tuple[_Eigen, Array]:
+  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
+  solve.check_diag_reg(diag_reg)
+  solve_info = {}
+
+  def flow(kernel: str) -> tuple[solve.Solver, Array]:
+    """The solver of the regularized kernel, and `Theta_reg^{-1} y`."""
     def compute():
       k = train(kernel)
-      _check_finite(k, 'k_train_train')
-      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
-      y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
-      return eig, eig.evecs.T @ y
+      if not isinstance(k, solve.KernelRows):
+        _check_finite(k, 'k_train_train')
+      factor = solve.factorize(
+          k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
+          maxiter=maxiter, preconditioner_rank=preconditioner_rank)
+      dtype = solve.compute_dtype(k.dtype)
+      with jax.ensure_compile_time_eval():  # Cached even when under `jit`.
+        alpha = factor.solve(_outputs_to_matrix(y_train.astype(dtype),
+                                                layout))
+      solve_info[kernel] = factor.info
+      return factor, alpha
     return _cached(cache, ('flow', kernel), compute)
 
   def predict_fn(get: Get = None,
@@ -139,17 +173,14 @@ def gp_inference(
     out = {}
     for name in names:
       posterior = _POSTERIORS[name]
-      eig, y_eigen = flow(posterior.flow)
+      factor, alpha = flow(posterior.flow)
       if k_test_train is None:
         k_test, test_shape = train(posterior.flow), y_train.shape
       else:
         k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
         test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
                                  y_train, layout)
-      scales = _integrated_relaxation(eig, None)
-      b = k_test @ eig.evecs
-      mean = _matrix_to_outputs(_scaled_product(b, scales, y_eigen)[0],
-                                test_shape, layout)
+      mean = _matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
       cov = None
       if compute_cov:
         k_prior_test = (
@@ -165,18 +196,26 @@ def gp_inference(
               f'kernel of shape {expected}: pass the test-test kernel of the '
               'same test points as `k_test_train`.')
         k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
-        middle = None
-        if posterior.prior != posterior.flow:
-          middle = _cached(cache, ('middle', posterior), lambda: (
-              eig.evecs.T @ train(posterior.prior) @ eig.evecs))
-        d = eig.evecs.T @ k_prior_test.T
-        cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
-                                    middle, eig.evals)[0]
+        prior_train = (None if posterior.prior == posterior.flow else
+                       train(posterior.prior))
+        cov = infinite_time_covariance(
+            factor, jnp.asarray(k_test, alpha.dtype),
+            jnp.asarray(k_prior_test, alpha.dtype),
+            k_tt.astype(alpha.dtype), prior_train)
+        solve_info[posterior.flow] = factor.info
         cov = _matrix_to_covariance(cov, row_shape)
       out[name] = Gaussian(mean, cov)
     return _by_get(out, names, single, 'Gaussians')
 
+  predict_fn.solve_info = solve_info
   return predict_fn
+
+
+def _matmul(k: Any, v: Array) -> Array:
+  """`k @ v` for a device kernel, by row blocks for a host one."""
+  if isinstance(k, jax.Array):
+    return k @ v.astype(k.dtype)
+  return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)
 
 
 def _kernel_of(k: Any, name: str) -> Any:
