@@ -151,7 +151,7 @@ def gp_inference(
     def compute():
       k = train(kernel)
       if not isinstance(k, solve.KernelRows):
-        _check_finite(k, 'k_train_train')
+        _check_finite(solve.host_view(k), 'k_train_train')
       factor = solve.factorize(
           k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
           maxiter=maxiter, preconditioner_rank=preconditioner_rank)

@@ -175,7 +175,9 @@ def _checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
   """`(y_train, k_train_train, layout)` as arrays, after checking that the
   kernel is a finite array relating the `y_train` points."""
   y_train = jnp.asarray(y_train)
-  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
+  if not (isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2):
+    # 2D host kernels (and memmaps) stay on the host, uncopied.
+    k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
   layout = _layout(y_train, trace_axes)
   _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
                 square=True)

@@ -5,6 +5,7 @@ from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.flow import _flow_times
@@ -114,7 +115,10 @@ def gradient_descent_mse(
   out_dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   # LAPACK has no half precision: solve in float32, return `out_dtype`.
   dtype = solve.compute_dtype(out_dtype)
-  k = _kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
+  if isinstance(k_train_train, np.ndarray):  # 2D, on the host: no copy.
+    k = k_train_train.astype(dtype, copy=False)
+  else:
+    k = _kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
   solve.check_symmetric(k)
   y = _outputs_to_matrix(y_train.astype(dtype), layout)
   rate = learning_rate / y_train.size

@@ -59,7 +59,7 @@ SOLVERS = ('cholesky', 'eigh', 'cg')
 NOISE_FLOOR = 4.
 
 # Host kernels are multiplied in blocks of rows of about this many bytes.
-BLOCK_BYTES = 256 * 2**20
+BLOCK_BYTES = 64 * 2**20
 
 
 class SolveInfo(NamedTuple):
@@ -363,7 +363,8 @@ def _jit_cholesky(k: Array, reg: Array) -> Array:
 def _row_block(k: Any, n: int) -> int:
   if isinstance(k, KernelRows):
     return k.block_rows
-  return max(1, BLOCK_BYTES // max(1, n * k.dtype.itemsize))
+  # float64 rows, at most an eighth of the kernel at a time.
+  return max(1, min(BLOCK_BYTES // (8 * n), -(-n // 8)))
 
 
 def _rows(k: Any, start: int, stop: int) -> np.ndarray:
@@ -372,19 +373,31 @@ def _rows(k: Any, start: int, stop: int) -> np.ndarray:
   return np.asarray(k[start:stop])
 
 
+def host_view(k: Any) -> Any:
+  """`k` as a numpy array without a copy where it lives in host memory (CPU
+  JAX arrays); device arrays and `KernelRows` as they are."""
+  if isinstance(k, (np.ndarray, KernelRows)) or not _on_host(k):
+    return k
+  return np.asarray(k)
+
+
 def kernel_matmul(k: Any, v: np.ndarray) -> np.ndarray:
-  """`k @ v` in float64, by blocks of rows for host kernels (no `n x n`
-  temporaries), in one product for device kernels."""
+  """`k @ v` in float64 arithmetic on the entries of `k`.
+
+  Host kernels go by blocks of rows (block-sized float64 temporaries, no
+  `n x n` one): the product is then exact to float64 round-off whatever the
+  kernel's dtype, so that conjugate gradients can reach residuals below the
+  kernel's `eps * cond`. Device kernels multiply in their own dtype.
+  """
   n = k.shape[0]
-  if not (isinstance(k, (np.ndarray, KernelRows))):
+  if not isinstance(k, (np.ndarray, KernelRows)):
     return np.asarray(k @ jnp.asarray(v, k.dtype), np.float64)
   out = np.empty((n, v.shape[1]), np.float64)
-  dtype = compute_dtype(k.dtype)
-  v = v.astype(dtype)
+  v = np.asarray(v, np.float64)
   step = _row_block(k, n)
   for start in range(0, n, step):
     stop = min(n, start + step)
-    out[start:stop] = _rows(k, start, stop).astype(dtype, copy=False) @ v
+    out[start:stop] = np.asarray(_rows(k, start, stop), np.float64) @ v
   return out
 
 
@@ -443,7 +456,7 @@ class CGSolver:
 
   def __init__(self, k: Any, reg: float, tol: float, maxiter: Optional[int],
                rank: int, name: str = 'k_train_train'):
-    self.k = k
+    self.k = host_view(k)
     self.reg = float(reg)
     self.tol = float(tol)
     self.maxiter = maxiter
@@ -572,6 +585,8 @@ def factorize(k: Any, diag_reg: float, diag_reg_absolute_scale: bool = False,
   """
   check_solver_args(solver, tol, maxiter, preconditioner_rank)
   check_diag_reg(diag_reg)
+  if not _is_traced(k):
+    k = host_view(k)  # CPU arrays: numpy views, checked without compiling.
   check_symmetric(k, name)
   # A concrete kernel is factored now even when called under `jit`.
   with jax.ensure_compile_time_eval():
