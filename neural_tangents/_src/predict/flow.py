@@ -121,20 +121,30 @@ def infinite_time_covariance(solver: solve.Solver, k_test_flow: Array,
   Returns:
     `(M*, M*)` covariance.
   """
+  host = not isinstance(solver, solve.EighSolver) and solve.all_on_host(
+      k_test_flow, k_test_prior, k_test_test)
+  if host:  # numpy: nothing to compile.
+    k_test_flow, k_test_prior, k_test_test = (
+        np.asarray(a) for a in (k_test_flow, k_test_prior, k_test_test))
   if k_prior_train is None:
     if isinstance(solver, solve.CGSolver):
-      inner = k_test_flow @ solver.solve(k_test_flow.T)
+      w = solver.solve(k_test_flow.T)
+      inner = k_test_flow @ (np.asarray(w) if host else w)
     else:
       v = solver.half_solve(k_test_flow.T)
+      if host:
+        v = np.asarray(v)
       inner = v.T @ v
     cov = k_test_test - inner
   else:
     w = solver.solve(k_test_flow.T)
+    if host:
+      w = np.asarray(w)
     cross = k_test_prior @ w
-    if isinstance(k_prior_train, jax.Array):
-      p_w = k_prior_train @ w
+    if host or not isinstance(k_prior_train, jax.Array):
+      p_w = solve.kernel_matmul(k_prior_train, np.asarray(w)).astype(w.dtype)
     else:
-      p_w = jnp.asarray(solve.kernel_matmul(k_prior_train, np.asarray(w)),
-                        w.dtype)
+      p_w = k_prior_train @ w
     cov = k_test_test - cross - cross.T + w.T @ p_w
-  return (cov + cov.T) / 2
+  cov = (cov + cov.T) / 2
+  return jnp.asarray(cov) if host else cov

@@ -213,6 +213,8 @@ def gp_inference(
 
 def _matmul(k: Any, v: Array) -> Array:
   """`k @ v` for a device kernel, by row blocks for a host one."""
+  if solve.all_on_host(k, v) and not isinstance(k, solve.KernelRows):
+    return jnp.asarray(np.asarray(k) @ np.asarray(v, k.dtype))
   if isinstance(k, jax.Array):
     return k @ v.astype(k.dtype)
   return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)

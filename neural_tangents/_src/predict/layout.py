@@ -45,6 +45,8 @@ def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
   """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`."""
   rows = (0,) + tuple(2 + 2 * i for i in range(n_pairs))
   cols = (1,) + tuple(3 + 2 * i for i in range(n_pairs))
+  if n_pairs == 0 and k.ndim == 2:  # Already a matrix: nothing to compile.
+    return k
   k = jnp.transpose(k, rows + cols)
   n_rows = math.prod(k.shape[:len(rows)])
   return k.reshape(n_rows, -1)
@@ -53,6 +55,8 @@ def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
 def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
   """`(..., R, R)`, `R = prod(row_shape)` -> `(..., n, n, a_1, a_1, ...)`."""
   lead = m.shape[:-2]
+  if len(row_shape) == 1:  # Already in the kernel layout.
+    return m
   n_lead, n_row = len(lead), len(row_shape)
   m = m.reshape(lead + row_shape + row_shape)
   pairs = tuple(axis for i in range(n_row)
@@ -62,6 +66,8 @@ def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
 
 def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
   """`(N, O_1, ..., O_d)` -> `(N * untraced sizes, traced sizes)`."""
+  if fx.ndim == 2 and not layout.untraced:  # Already a matrix.
+    return fx
   fx = jnp.transpose(fx, (0,) + layout.untraced + layout.traced)
   n_rows = math.prod(fx.shape[:1 + len(layout.untraced)])
   return fx.reshape(n_rows, -1)
@@ -71,6 +77,8 @@ def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
                        layout: _Layout) -> Array:
   """Inverse of `_outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
   lead = m.shape[:-2]
+  if not lead and m.shape == tuple(shape) and not layout.untraced:
+    return m
   order = (0,) + layout.untraced + layout.traced
   m = m.reshape(lead + tuple(shape[i] for i in order))
   inverse = tuple(int(i) for i in np.argsort(order))
@@ -148,6 +156,8 @@ def _check_finite(k: Array, name: str) -> None:
   """Raises `ValueError` on NaN / inf, when `k` is concrete (not traced)."""
   if isinstance(k, jax.core.Tracer):
     return
+  if all(d.platform == 'cpu' for d in getattr(k, 'devices', set)()):
+    k = np.asarray(k)  # A view: numpy checks it without compiling.
   if isinstance(k, np.ndarray):  # Host kernels (memmaps too): no device copy.
     step = max(1, 2**24 // max(1, k[0].size))
     finite = all(np.isfinite(k[i:i + step]).all()

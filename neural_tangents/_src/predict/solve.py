@@ -139,6 +139,13 @@ def _on_host(k: Any) -> bool:
           all(d.platform == 'cpu' for d in k.devices()))
 
 
+def all_on_host(*arrays: Any) -> bool:
+  """Whether every array is concrete and in host memory (numpy or CPU JAX):
+  then numpy computes with them without compiling anything."""
+  return all(a is None or (not _is_traced(a) and _on_host(a))
+             for a in arrays)
+
+
 def compute_dtype(dtype: Any) -> np.dtype:
   """Half precision is solved in float32 (LAPACK has no float16)."""
   dtype = np.dtype(dtype)
@@ -183,7 +190,7 @@ def check_symmetric(k: Any, name: str = 'k_train_train',
   if _is_traced(k) or isinstance(k, KernelRows):
     return
   with jax.ensure_compile_time_eval():
-    _check_symmetric(k, name, n_probe)
+    _check_symmetric(host_view(k), name, n_probe)
 
 
 def _check_symmetric(k: Any, name: str, n_probe: int) -> None:
@@ -235,8 +242,11 @@ class Eigen(NamedTuple):
 
 
 def _noise_cutoff(n: int, dtype: Any, lambda_max: Any) -> Any:
-  return (NOISE_FLOOR * math.sqrt(n) * jnp.finfo(dtype).eps *
-          jnp.maximum(lambda_max, 0))
+  if _is_traced(lambda_max):
+    return (NOISE_FLOOR * math.sqrt(n) * jnp.finfo(dtype).eps *
+            jnp.maximum(lambda_max, 0))
+  return (NOISE_FLOOR * math.sqrt(n) * float(np.finfo(dtype).eps) *
+          max(float(lambda_max), 0.))
 
 
 def _suggested_diag_reg(lambda_min: float, cutoff: float, scale: float,
