@@ -3,8 +3,8 @@
 Modules: `layout` (kernel and output layout, kernel checks), `posterior`
 (what `get` selects, `Gaussian`), `solve` (Cholesky, eigh and conjugate
 gradient solves of the train kernel, `KernelRows`, `SolveInfo`), `flow`
-(relaxation of the gradient flow and posterior covariances), `mse` (`gradient_descent_mse`, `max_learning_rate`),
-`ensemble` (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and
+(relaxation of the gradient flow and posterior covariances), `mse`
+(`gradient_descent_mse`, `max_learning_rate`), `ensemble` (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and
 `ode_descent` (`gradient_descent` on any loss, `ODEState`); every name is
 re-exported here.
 

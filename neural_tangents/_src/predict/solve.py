@@ -198,14 +198,12 @@ def _check_symmetric(k: Any, name: str, n_probe: int) -> None:
   idx = np.unique(np.linspace(0, n - 1, min(n, n_probe)).astype(int))
   if isinstance(k, np.ndarray):
     rows, cols = np.asarray(k[idx]), np.asarray(k[:, idx]).T
-  else:
+  else:  # A device array: only the probed rows and columns come over.
     rows, cols = np.asarray(k[idx]), np.asarray(k[:, idx].T)
   eps = np.finfo(compute_dtype(rows.dtype)).eps
-  scale = float(np.max(np.abs(rows))) if rows.size else 0.
-  err = float(np.max(np.abs(rows.astype(np.float64) - cols))) if rows.size else 0.
-  if err > math.sqrt(eps) * scale:
-    i, j = np.unravel_index(
-        np.argmax(np.abs(rows.astype(np.float64) - cols)), rows.shape)
+  diff = np.abs(rows.astype(np.float64) - cols)
+  if diff.max() > math.sqrt(eps) * np.abs(rows).max():
+    i, j = np.unravel_index(np.argmax(diff), rows.shape)
     raise ValueError(
         f'`{name}` is not symmetric: entry ({idx[i]}, {j}) is '
         f'{rows[i, j]!r} but ({j}, {idx[i]}) is {cols[i, j]!r}. A train-train '
@@ -635,16 +633,17 @@ def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
   k_reg = k_reg + reg * jnp.eye(k.shape[0], dtype=dtype)
   eig = eigh_psd(k_reg, name, float(diag_reg) if not _is_traced(diag_reg)
                  else 0., scale, diag_reg_absolute_scale)
-  if solver == 'cholesky' and not _is_traced(k):
-    n_zero = int(jnp.sum(~eig.positive))
+  n_zero = 0 if _is_traced(k) else int(jnp.sum(~eig.positive))
+  if solver == 'cholesky' and n_zero:
     lambda_max = float(eig.evals[-1])
     cutoff = float(_noise_cutoff(k.shape[0], dtype, lambda_max))
+    suggested = _suggested_diag_reg(0., cutoff, scale, float(diag_reg),
+                                    diag_reg_absolute_scale)
     warnings.warn(
         f'`{name}` plus `diag_reg` is singular to working precision '
         f'({n_zero} of {k.shape[0]} eigenvalues below {cutoff:.2g}, the '
         f'largest {lambda_max:.3g}), so predictions use its pseudo-inverse '
         '(the minimum-norm interpolant) from an eigendecomposition, about 25x '
         'slower than a Cholesky. For a ridge solution by Cholesky pass '
-        f'`diag_reg` >= {_suggested_diag_reg(0., cutoff, scale, float(diag_reg), diag_reg_absolute_scale):.2g}.',
-        RuntimeWarning, stacklevel=3)
+        f'`diag_reg` >= {suggested:.2g}.', RuntimeWarning, stacklevel=3)
   return EighSolver(eig)
