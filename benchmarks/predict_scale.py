@@ -5,8 +5,9 @@ train-train kernel (the NNGP of a one-hidden-layer ReLU network on points of
 the sphere, full rank; built in row blocks so that it is the only `n x n`
 array), then times
 
-* `first`: `gp_inference(k, y, diag_reg)` and a call with 100 test points and
-  their covariance (`get='nngp'`), or `gradient_descent_mse(k, y,
+* `first`: `gp_inference(k, y, diag_reg)` and a call with 100 test points
+  (`get='nngp'`; with `--cov` also their covariance, which CG solves with
+  one column per test point), or `gradient_descent_mse(k, y,
   diag_reg)(t=None, ...)` on 100 test points: factorization and compilation
   included;
 * `second`: the same call on 100 new test points (factorization cached);
@@ -73,7 +74,7 @@ def _current_rss():
     return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
-def run_one(n, solver, fn, diag_reg, memmap_dir, bare, out_path):
+def run_one(n, solver, fn, diag_reg, memmap_dir, bare, out_path, cov):
   """One measurement; prints its JSON line; saves the first test mean."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -101,7 +102,7 @@ def run_one(n, solver, fn, diag_reg, memmap_dir, bare, out_path):
     if fn == 'gp_inference':
       if call == 'first':
         predict_fn = nt.predict.gp_inference(k, y, **kw)
-      out = predict_fn('nngp', k_test, k_tt)
+      out = predict_fn('nngp', k_test, k_tt if cov else None)
       mean = out.mean
     else:
       if call == 'first':
@@ -176,6 +177,7 @@ def main():
   parser.add_argument('--diag_reg', type=float, default=1e-4)
   parser.add_argument('--memmap', default='')
   parser.add_argument('--no_bare', action='store_true')
+  parser.add_argument('--cov', action='store_true')
   parser.add_argument('--ref_max_n', type=int, default=20000)
   parser.add_argument('--one', nargs=3, help=argparse.SUPPRESS)
   parser.add_argument('--reference', type=int, help=argparse.SUPPRESS)
@@ -187,7 +189,7 @@ def main():
   if args.one:
     n, solver, fn = args.one
     run_one(int(n), solver, fn, args.diag_reg, args.memmap,
-            not args.no_bare, args.out)
+            not args.no_bare, args.out, args.cov)
     return
   tmp = tempfile.mkdtemp()
   for n in (int(v) for v in args.n.split(',')):
@@ -202,6 +204,7 @@ def main():
         out_path = os.path.join(tmp, f'{fn}_{solver}_{n}.npy')
         extra = ['--memmap', args.memmap] if args.memmap else []
         extra += ['--no_bare'] if args.no_bare else []
+        extra += ['--cov'] if args.cov else []
         stdout, err = _subprocess(
             ['--one', str(n), solver, fn, '--out', out_path, '--diag_reg',
              str(args.diag_reg)] + extra)
