@@ -16,7 +16,8 @@ then reads the peak resident memory (`ru_maxrss`) of the process, and, in the
 same process, times a bare `scipy.linalg.cho_factor` + `cho_solve` of the same
 regularized kernel (`bare_seconds`; the ratio `first / bare` is
 `vs_bare`). The relative error of the first call's test mean is against a
-float64 direct solve (run in its own subprocess where `n <= --ref_max_n`).
+float64 direct solve of the same float32 kernel (run in its own subprocess
+where `n <= --ref_max_n`).
 
 One JSON line per measurement:
 
@@ -151,7 +152,10 @@ def reference(n, diag_reg, out_path):
   import scipy.linalg  # pylint: disable=g-import-not-at-top
   x = _points(n + 2 * N_TEST, 0)
   y = np.random.RandomState(1).randn(n, N_TARGETS).astype(np.float32)
-  k = train_kernel(x[:n], np.float64)
+  # The float32 kernel the solvers get, solved exactly: the error measured is
+  # the solver's, not the kernel's float32 rounding (which alone moves the
+  # mean by ~eps32 * cond).
+  k = train_kernel(x[:n], np.float32).astype(np.float64)
   reg = diag_reg * float(np.mean(np.diagonal(k)))
   k.flat[::n + 1] += reg
   c = scipy.linalg.cho_factor(k.T, lower=True, overwrite_a=True,
