@@ -347,7 +347,7 @@ def gradient_descent_mse_ensemble(
         factor, alpha = infinite_time_solver(posterior.flow,
                                              k_train[posterior.flow])
         k_test = k_test_train[posterior.flow]
-        mean = _matrix_to_outputs(k_test @ alpha.astype(k_test.dtype),
+        mean = _matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
                                   test_shape, layout)
         if not compute_cov:
           out[name] = mean

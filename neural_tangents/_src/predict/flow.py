@@ -147,4 +147,4 @@ def infinite_time_covariance(solver: solve.Solver, k_test_flow: Array,
       p_w = k_prior_train @ w
     cov = k_test_test - cross - cross.T + w.T @ p_w
   cov = (cov + cov.T) / 2
-  return jnp.asarray(cov) if host else cov
+  return jnp.asarray(cov.astype(k_test_test.dtype)) if host else cov

@@ -198,10 +198,11 @@ def gp_inference(
         k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
         prior_train = (None if posterior.prior == posterior.flow else
                        train(posterior.prior))
+        dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
         cov = infinite_time_covariance(
-            factor, jnp.asarray(k_test, alpha.dtype),
-            jnp.asarray(k_prior_test, alpha.dtype),
-            k_tt.astype(alpha.dtype), prior_train)
+            factor, jnp.asarray(k_test, dtype),
+            jnp.asarray(k_prior_test, dtype), k_tt.astype(dtype),
+            prior_train)
         solve_info[posterior.flow] = factor.info
         cov = _matrix_to_covariance(cov, row_shape)
       out[name] = Gaussian(mean, cov)
@@ -213,8 +214,10 @@ def gp_inference(
 
 def _matmul(k: Any, v: Array) -> Array:
   """`k @ v` for a device kernel, by row blocks for a host one."""
-  if solve.all_on_host(k, v) and not isinstance(k, solve.KernelRows):
-    return jnp.asarray(np.asarray(k) @ np.asarray(v, k.dtype))
+  if solve.all_on_host(k, v):  # numpy, float64 arithmetic, by row blocks.
+    dtype = jnp.result_type(k.dtype, float)
+    return jnp.asarray(solve.kernel_matmul(solve.host_view(k), np.asarray(v)
+                                           ).astype(dtype))
   if isinstance(k, jax.Array):
     return k @ v.astype(k.dtype)
   return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)

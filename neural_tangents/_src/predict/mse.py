@@ -206,10 +206,14 @@ def gradient_descent_mse(
                           'fx_test_0')
     k_test = _kernel_to_matrix(k_test_train.astype(dtype),
                                len(layout.untraced))
-    weights = factor.solve(residual).astype(dtype)
+    weights = factor.solve(residual)
     predict_fn.solve_info = factor.info
-    fx_test_t = fx_test_0 + _matrix_to_outputs(k_test @ weights, test_shape,
-                                               layout)
+    if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
+      change = jnp.asarray(solve.kernel_matmul(
+          solve.host_view(k_test), np.asarray(weights)).astype(dtype))
+    else:
+      change = k_test @ jnp.asarray(weights, dtype)
+    fx_test_t = fx_test_0 + _matrix_to_outputs(change, test_shape, layout)
     return fx_train_t, _cast(fx_test_t, out_dtype)
 
   predict_fn.solve_info = None

@@ -536,7 +536,9 @@ class CGSolver:
           'iterations. Raise `maxiter` or the preconditioner rank, raise '
           '`diag_reg` (conditioning), or use `solver="cholesky"`.',
           RuntimeWarning, stacklevel=3)
-    return jnp.asarray(x.astype(self.out_dtype))
+    # float64 (numpy): products with it keep the solve's accuracy, where a
+    # float32 `x` (entries up to `cond` times `b`) would lose ~eps32 * cond.
+    return x
 
   def half_solve(self, b: Array) -> Array:
     raise NotImplementedError('CG has no square-root factor; use `solve`.')
