@@ -1,9 +1,10 @@
 """Outputs of wide networks trained by gradient descent, and GP inference.
 
 Modules: `layout` (kernel and output layout, kernel checks), `posterior`
-(what `get` selects, `Gaussian`), `flow` (eigendecomposition and relaxation
-of the gradient flow), `mse` (`gradient_descent_mse`, `max_learning_rate`),
-`ensemble` (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and
+(what `get` selects, `Gaussian`), `solve` (Cholesky, eigh and conjugate
+gradient solves of the train kernel, `KernelRows`, `SolveInfo`), `flow`
+(relaxation of the gradient flow and posterior covariances), `mse`
+(`gradient_descent_mse`, `max_learning_rate`), `ensemble` (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and
 `ode_descent` (`gradient_descent` on any loss, `ODEState`); every name is
 re-exported here.
 
@@ -48,8 +49,11 @@ Conventions (the published Neural Tangents ones):
   a computed kernel, are treated as exactly zero: those directions do not move
   under the flow and carry nothing to test points (as for an exactly singular
   PSD kernel), and infinite-time predictions use the pseudo-inverse, i.e. the
-  minimum-norm least-squares interpolant. Results stay finite; pass
-  `diag_reg > 0` for a ridge answer instead.
+  minimum-norm least-squares interpolant (the default Cholesky solve falls
+  back to it with a warning naming the `diag_reg` that would avoid it).
+  Results stay finite; pass `diag_reg > 0` for a ridge answer instead. A
+  kernel with an eigenvalue negative beyond round-off, a visibly asymmetric
+  train-train kernel, and `diag_reg < 0` raise a `ValueError`.
 
 [1] Jacot, Gabriel, Hongler. "Neural Tangent Kernel: Convergence and
     Generalization in Neural Networks." NeurIPS 2018.
@@ -95,6 +99,8 @@ from neural_tangents._src.predict.flow import _posterior_covariance
 from neural_tangents._src.predict.flow import _regularize
 from neural_tangents._src.predict.flow import _relaxation
 from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.solve import KernelRows
+from neural_tangents._src.predict.solve import SolveInfo
 from neural_tangents._src.predict.mse import gradient_descent_mse
 from neural_tangents._src.predict.mse import max_learning_rate
 from neural_tangents._src.predict.ensemble import _comparable

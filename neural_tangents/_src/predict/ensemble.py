@@ -7,13 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.flow import _Eigen
-from neural_tangents._src.predict.flow import _eigh_psd
 from neural_tangents._src.predict.flow import _flow_times
 from neural_tangents._src.predict.flow import _integrated_relaxation
 from neural_tangents._src.predict.flow import _posterior_covariance
-from neural_tangents._src.predict.flow import _regularize
 from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_kernel
 from neural_tangents._src.predict.layout import _kernel_to_matrix
@@ -146,6 +146,11 @@ def gradient_descent_mse_ensemble(
     diag_reg: float = 0.,
     diag_reg_absolute_scale: bool = False,
     trace_axes: Axes = (-1,),
+    *,
+    solver: str = 'cholesky',
+    tol: float = 1e-5,
+    maxiter: Optional[int] = None,
+    preconditioner_rank: int = 100,
     **kernel_fn_train_train_kwargs,
 ) -> Callable[..., Any]:
   """Outputs of an ensemble of infinitely wide networks trained on MSE.
@@ -192,8 +197,9 @@ def gradient_descent_mse_ensemble(
   the prior's (noise on the observations: the textbook noisy posterior);
   the NNGP `P(X, X)` of 'ntk' is used as is.
 
-  Each train-train kernel is computed once, eigendecomposed once, and cached
-  across calls; all times `t` of a call share it.
+  Each train-train kernel is computed once, factored once, and cached
+  across calls: finite times `t` share one eigendecomposition; `t=None`
+  needs only a solve, by default a Cholesky factorization (see `solver`).
 
   Args:
     kernel_fn: stax-style `kernel_fn(x1, x2, get, **kwargs)`.
@@ -204,6 +210,14 @@ def gradient_descent_mse_ensemble(
       relative to its mean diagonal entry.
     diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
     trace_axes: output axes traced out of the kernels.
+    solver: the solve at `t=None`: 'cholesky' (default; a kernel singular to
+      working precision falls back to the eigendecomposition with a
+      warning), 'eigh', or 'cg' (conjugate gradients). Finite times always
+      use the eigendecomposition. See `docs/predict.md`.
+    tol: 'cg': relative residual at which to stop.
+    maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
+    preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
+      (0: none).
     **kernel_fn_train_train_kwargs: passed as they are to
       `kernel_fn(x_train, None)`; to `kernel_fn(x_test, None)` unless
       `predict_fn` overrides them; for `kernel_fn(x_test, x_train)`, pairs
@@ -267,15 +281,32 @@ def gradient_descent_mse_ensemble(
                                 lambda k=k: _kernel_to_matrix(k, n_pairs))
     return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
 
+  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
+  solve.check_diag_reg(diag_reg)
+
   def flow(kernel: str, k: Array, regularized: bool) -> tuple[_Eigen, Array]:
     """Eigendecomposition of the (regularized) kernel, and `V^T y`."""
     def compute():
-      k_flow = (_regularize(k, diag_reg, diag_reg_absolute_scale)
-                if regularized else k)
-      eig = _eigh_psd(k_flow)
+      eig = solve.factorize(k, diag_reg if regularized else 0.,
+                            diag_reg_absolute_scale, 'eigh',
+                            name=f'kernel_fn(x_train, None, "{kernel}")').eig
       y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
       return eig, eig.evecs.T @ y
     return _cached(cache, ('flow', kernel, regularized), compute)
+
+  def infinite_time_solver(kernel: str, k: Array
+                           ) -> tuple[solve.Solver, Array]:
+    """The `solver` of the regularized kernel, and `Theta_reg^{-1} y`."""
+    def compute():
+      factor = solve.factorize(
+          k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
+          maxiter=maxiter, preconditioner_rank=preconditioner_rank,
+          name=f'kernel_fn(x_train, None, "{kernel}")')
+      with jax.ensure_compile_time_eval():
+        alpha = factor.solve(_outputs_to_matrix(y_train.astype(k.dtype),
+                                                layout))
+      return factor, alpha
+    return _cached(cache, ('solver', kernel), compute)
 
   def prior_in_eigenbasis(posterior: _Posterior, eig: _Eigen,
                           k_prior: Array, regularized: bool) -> Array:
@@ -341,6 +372,22 @@ def gradient_descent_mse_ensemble(
       posterior = _POSTERIORS[name]
       if on_train and t is None:
         out[name] = interpolation(t_shape, dtype, compute_cov)
+        continue
+      if t is None and solver != 'eigh' and not on_train:
+        factor, alpha = infinite_time_solver(posterior.flow,
+                                             k_train[posterior.flow])
+        k_test = k_test_train[posterior.flow]
+        mean = _matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
+                                  test_shape, layout)
+        if not compute_cov:
+          out[name] = mean
+          continue
+        cov = infinite_time_covariance(
+            factor, k_test, k_test_train[posterior.prior],
+            k_test_test[posterior.prior],
+            None if posterior.prior == posterior.flow else
+            k_train[posterior.prior])
+        out[name] = Gaussian(mean, _matrix_to_covariance(cov, row_shape))
         continue
       # Predictions on the training set are not regularized.
       eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],

@@ -1,13 +1,15 @@
 """Linear algebra of the gradient flow `df/ds = -Theta (f - y) / n`: the
 eigendecomposition of a PSD train-train kernel, relaxation factors per time,
 and posterior covariances."""
-import math
 from typing import Any, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict import solve
 
 
 def _regularize(k: Array, diag_reg: float,
@@ -17,37 +19,14 @@ def _regularize(k: Array, diag_reg: float,
   return k + diag_reg * scale * jnp.eye(k.shape[0], dtype=k.dtype)
 
 
-# Eigenvalues of computed `n x n` kernels that are exactly singular in exact
-# arithmetic come out up to ~`sqrt(n) * eps * lambda_max` (measured on
-# low-rank and duplicated-point kernels, float32 and float64); below
-# `_NOISE_FLOOR` times that they are treated as zero, since inverting round-off
-# would blow up predictions. The `n * eps` of `lstsq` would be too high: on a
-# 2,000-point float32 ReLU NTK (condition number 2e4) it drops half the
-# spectrum and moves predictions by 0.17 where float32 is accurate to 3e-4.
-_NOISE_FLOOR = 4.
-
-
-class _Eigen(NamedTuple):
-  """Eigendecomposition of a PSD matrix, with negligible eigenvalues masked.
-
-  Attributes:
-    evals: eigenvalues, with masked ones replaced by 1 (never divided by 0).
-    evecs: orthonormal eigenvectors as columns.
-    positive: mask of the eigenvalues above the numerical zero.
-  """
-  evals: Array
-  evecs: Array
-  positive: Array
+# The eigendecomposition lives with the other solvers in `solve`.
+_Eigen = solve.Eigen
+_NOISE_FLOOR = solve.NOISE_FLOOR
 
 
 def _eigh_psd(k: Array) -> _Eigen:
   """Eigendecomposition of a symmetric PSD `k` (round-off negatives -> 0)."""
-  k = (k + k.T) / 2
-  evals, evecs = jnp.linalg.eigh(k)
-  cutoff = (_NOISE_FLOOR * math.sqrt(k.shape[0]) * jnp.finfo(evals.dtype).eps *
-            jnp.maximum(evals[-1], 0))
-  positive = evals > cutoff
-  return _Eigen(jnp.where(positive, evals, 1.), evecs, positive)
+  return solve.eigh_psd(k)
 
 
 def _flow_times(t: Optional[ArrayOrScalar], rate: float,
@@ -118,3 +97,54 @@ def _posterior_covariance(b: Array, scales: Array, k_test_test: Array,
   cov = k_test_test[None] - cross - jnp.swapaxes(cross, -1, -2) + inner
   # Round-off makes the sum slightly asymmetric; a covariance is symmetric.
   return (cov + jnp.swapaxes(cov, -1, -2)) / 2
+
+
+def infinite_time_covariance(solver: solve.Solver, k_test_flow: Array,
+                             k_test_prior: Array, k_test_test: Array,
+                             k_prior_train: Optional[Any] = None) -> Array:
+  """Covariance of `f_0(x) - A f_0(X)`, `A = Theta_* (Theta + r I)^{-1}`.
+
+  With `W = (Theta + r I)^{-1} Theta_*^T` (one solve with the test columns)
+  and `P` the prior, the covariance is `P_** - P_* W - W^T P_*^T + W^T P W`.
+  `k_prior_train=None` means `P = Theta + r I` (the prior is the regularized
+  flow kernel), where it reduces to `P_** - Theta_* (Theta + r I)^{-1}
+  Theta_*^T`, computed as `P_** - V^T V` with `V = L^{-1} Theta_*^T` for
+  direct solvers (symmetric and PSD by construction).
+
+  Args:
+    solver: a `solve.factorize` solver of the regularized flow kernel.
+    k_test_flow: `(M*, M)` test-train flow kernel `Theta_*`.
+    k_test_prior: `(M*, M)` test-train prior `P_*`.
+    k_test_test: `(M*, M*)` prior `P_**`.
+    k_prior_train: `(M, M)` prior `P`, or None (see above).
+
+  Returns:
+    `(M*, M*)` covariance.
+  """
+  host = not isinstance(solver, solve.EighSolver) and solve.all_on_host(
+      k_test_flow, k_test_prior, k_test_test)
+  if host:  # numpy: nothing to compile.
+    k_test_flow, k_test_prior, k_test_test = (
+        np.asarray(a) for a in (k_test_flow, k_test_prior, k_test_test))
+  if k_prior_train is None:
+    if isinstance(solver, solve.CGSolver):
+      w = solver.solve(k_test_flow.T)
+      inner = k_test_flow @ (np.asarray(w) if host else w)
+    else:
+      v = solver.half_solve(k_test_flow.T)
+      if host:
+        v = np.asarray(v)
+      inner = v.T @ v
+    cov = k_test_test - inner
+  else:
+    w = solver.solve(k_test_flow.T)
+    if host:
+      w = np.asarray(w)
+    cross = k_test_prior @ w
+    if host or not isinstance(k_prior_train, jax.Array):
+      p_w = solve.kernel_matmul(k_prior_train, np.asarray(w)).astype(w.dtype)
+    else:
+      p_w = k_prior_train @ w
+    cov = k_test_test - cross - cross.T + w.T @ p_w
+  cov = (cov + cov.T) / 2
+  return jnp.asarray(cov.astype(k_test_test.dtype)) if host else cov

@@ -1,16 +1,14 @@
 """Exact GP posterior (`gp_inference`): NNGP, NTK-GP, or infinitely wide
 networks trained to convergence."""
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-from neural_tangents._src.predict.flow import _Eigen
-from neural_tangents._src.predict.flow import _eigh_psd
-from neural_tangents._src.predict.flow import _integrated_relaxation
-from neural_tangents._src.predict.flow import _posterior_covariance
-from neural_tangents._src.predict.flow import _regularize
-from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict import solve
+from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import _check_finite
 from neural_tangents._src.predict.layout import _check_kernel
 from neural_tangents._src.predict.layout import _is_kernel_like
@@ -37,6 +35,11 @@ def gp_inference(
     diag_reg: float = 0.,
     diag_reg_absolute_scale: bool = False,
     trace_axes: Axes = (-1,),
+    *,
+    solver: str = 'cholesky',
+    tol: float = 1e-5,
+    maxiter: Optional[int] = None,
+    preconditioner_rank: int = 100,
 ) -> Callable[..., Any]:
   """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
@@ -67,7 +70,11 @@ def gp_inference(
 
     with the train-train NNGP `K` not regularized.
 
-  Each train-train kernel is eigendecomposed once, on first use.
+  Each train-train kernel is factored once, on first use: by default a
+  Cholesky factorization of `Theta_reg` (a kernel singular to working
+  precision falls back to the pseudo-inverse of its eigendecomposition, with
+  a warning; an indefinite one raises a `ValueError` naming the `diag_reg`
+  that would fix it). See `docs/predict.md` for choosing `solver`.
 
   Args:
     k_train_train: train-train kernel: an array (used as the kernel of any
@@ -79,6 +86,14 @@ def gp_inference(
       train-train kernel, relative to its mean diagonal entry.
     diag_reg_absolute_scale: whether `diag_reg` is absolute instead.
     trace_axes: output axes traced out of the kernels.
+    solver: how `Theta_reg` is solved: 'cholesky' (default), 'eigh'
+      (pseudo-inverse of singular kernels), or 'cg' (conjugate gradients;
+      the train-train kernel may then be a numpy array, an `np.memmap` or a
+      `nt.predict.KernelRows`, and is never copied).
+    tol: 'cg': relative residual at which to stop.
+    maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
+    preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
+      (0: none).
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
@@ -87,7 +102,9 @@ def gp_inference(
     `Gaussian(mean, covariance)`; for a tuple `get` (or `get=None`, which is
     `('nngp', 'ntk')`, or 'nngp' alone when `k_train_train` is an array) a
     namedtuple `Gaussians` of these with fields in the order of `get`, for a
-    string the value itself.
+    string the value itself. `predict_fn.solve_info` maps each train-train
+    kernel solved ('nngp', 'ntk') to the `SolveInfo` of its last solve
+    (iterations and relative residual for 'cg').
 
     `k_test_train=None` predicts on the training points, where `diag_reg` is
     ignored: the mean is exactly `y_train`, the covariance zero, and
@@ -124,8 +141,13 @@ def gp_inference(
             f'`{arg}` has no "{kernel}" kernel; `get="nngp"` needs "nngp", '
             '"ntk" and "ntkgp" need "ntk", and the "ntk" covariance also needs'
             ' "nngp". Pass a kernel that contains it.')
-    k = jnp.asarray(k)
+    if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
+            n_pairs == 0):
+      # Host and row-block train kernels stay where they are (no copy).
+      k = jnp.asarray(k)
     _check_kernel(k, arg, y_train, layout, trace_axes, square=square)
+    if not isinstance(k, jax.Array):
+      return k
     return _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
                              n_pairs)
 
@@ -133,13 +155,25 @@ def gp_inference(
     return _cached(cache, ('k', kernel),
                    lambda: matrix(k_train_train, kernel, 'k_train_train', True))
 
-  def flow(kernel: str) -> tuple[_Eigen, Array]:
+  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
+  solve.check_diag_reg(diag_reg)
+  solve_info = {}
+
+  def flow(kernel: str) -> tuple[solve.Solver, Array]:
+    """The solver of the regularized kernel, and `Theta_reg^{-1} y`."""
     def compute():
       k = train(kernel)
-      _check_finite(k, 'k_train_train')
-      eig = _eigh_psd(_regularize(k, diag_reg, diag_reg_absolute_scale))
-      y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
-      return eig, eig.evecs.T @ y
+      if not isinstance(k, solve.KernelRows):
+        _check_finite(solve.host_view(k), 'k_train_train')
+      factor = solve.factorize(
+          k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
+          maxiter=maxiter, preconditioner_rank=preconditioner_rank)
+      dtype = solve.compute_dtype(k.dtype)
+      with jax.ensure_compile_time_eval():  # Cached even when under `jit`.
+        alpha = factor.solve(_outputs_to_matrix(y_train.astype(dtype),
+                                                layout))
+      solve_info[kernel] = factor.info
+      return factor, alpha
     return _cached(cache, ('flow', kernel), compute)
 
   def on_train(posterior: _Posterior, compute_cov: bool) -> Any:
@@ -171,14 +205,11 @@ def gp_inference(
       if compute_cov and posterior.prior != posterior.flow:
         _check_both_kernels(name, posterior, k_train_train=k_train_train,
                             k_test_train=k_test_train, k_test_test=k_test_test)
-      eig, y_eigen = flow(posterior.flow)
+      factor, alpha = flow(posterior.flow)
       k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
       test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
                                y_train, layout)
-      scales = _integrated_relaxation(eig, None)
-      b = k_test @ eig.evecs
-      mean = _matrix_to_outputs(_scaled_product(b, scales, y_eigen)[0],
-                                test_shape, layout)
+      mean = _matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
       if not compute_cov:
         out[name] = mean
         continue
@@ -194,16 +225,17 @@ def gp_inference(
             f'kernel of shape {expected}: pass the test-test kernel of the '
             'same test points as `k_test_train`.')
       k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
-      middle = None
-      if posterior.prior != posterior.flow:
-        middle = _cached(cache, ('middle', posterior), lambda: (
-            eig.evecs.T @ train(posterior.prior) @ eig.evecs))
-      d = eig.evecs.T @ k_prior_test.T
-      cov = _posterior_covariance(b, scales, k_tt.astype(b.dtype), d,
-                                  middle, eig.evals)[0]
+      prior_train = (None if posterior.prior == posterior.flow else
+                     train(posterior.prior))
+      dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
+      cov = infinite_time_covariance(
+          factor, jnp.asarray(k_test, dtype),
+          jnp.asarray(k_prior_test, dtype), k_tt.astype(dtype), prior_train)
+      solve_info[posterior.flow] = factor.info
       out[name] = Gaussian(mean, _matrix_to_covariance(cov, row_shape))
     return _by_get(out, names, single, 'Gaussians')
 
+  predict_fn.solve_info = solve_info
   return predict_fn
 
 
@@ -219,6 +251,17 @@ def _check_both_kernels(name: str, posterior: _Posterior,
           'Pass `nt.Kernel`s (or namedtuples) with `nngp` and `ntk` fields '
           'as `k_train_train`, `k_test_train` and `k_test_test`, or leave '
           'out `k_test_test` to get the mean only.')
+
+
+def _matmul(k: Any, v: Array) -> Array:
+  """`k @ v` for a device kernel, by row blocks for a host one."""
+  if solve.all_on_host(k, v):  # numpy, float64 arithmetic, by row blocks.
+    dtype = jnp.result_type(k.dtype, float)
+    return jnp.asarray(solve.kernel_matmul(solve.host_view(k), np.asarray(v)
+                                           ).astype(dtype))
+  if isinstance(k, jax.Array):
+    return k @ v.astype(k.dtype)
+  return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)
 
 
 def _kernel_of(k: Any, name: str) -> Any:

@@ -68,6 +68,8 @@ def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
   if k.ndim not in (2 * n_pairs, 2 * n_pairs + 2):
     raise ValueError(f'A kernel of shape {k.shape} does not have '
                      f'{n_pairs} pairs of output axes.')
+  if k.ndim == 2:  # Already a matrix (host arrays stay uncopied).
+    return k
   rows, cols = tuple(range(0, k.ndim, 2)), tuple(range(1, k.ndim, 2))
   k = jnp.transpose(k, rows + cols)
   n_rows = math.prod(k.shape[:len(rows)])
@@ -77,6 +79,8 @@ def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
 def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
   """`(..., R, R)`, `R = prod(row_shape)` -> `(..., n, n, a_1, a_1, ...)`."""
   lead = m.shape[:-2]
+  if len(row_shape) == 1:  # Already in the kernel layout.
+    return m
   n_lead, n_row = len(lead), len(row_shape)
   m = m.reshape(lead + row_shape + row_shape)
   pairs = tuple(axis for i in range(n_row)
@@ -87,6 +91,8 @@ def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
 def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
   """`(N, O_1, ..., O_d)` -> `(kept sizes, traced sizes)`."""
   kept = layout.kept
+  if fx.ndim == 2 and kept + layout.traced == (0, 1):  # Already a matrix.
+    return fx
   fx = jnp.transpose(fx, kept + layout.traced)
   return fx.reshape(math.prod(fx.shape[:len(kept)]),
                     math.prod(fx.shape[len(kept):]))
@@ -97,6 +103,8 @@ def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
   """Inverse of `_outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
   lead = m.shape[:-2]
   order = layout.kept + layout.traced
+  if not lead and m.shape == tuple(shape) and order == tuple(range(len(shape))):
+    return m
   m = m.reshape(lead + tuple(shape[i] for i in order))
   inverse = tuple(int(i) for i in np.argsort(order))
   n_lead = len(lead)
@@ -183,7 +191,15 @@ def _check_finite(k: Array, name: str) -> None:
   """Raises `ValueError` on NaN / inf, when `k` is concrete (not traced)."""
   if isinstance(k, jax.core.Tracer):
     return
-  if not bool(jnp.all(jnp.isfinite(k))):
+  if all(d.platform == 'cpu' for d in getattr(k, 'devices', set)()):
+    k = np.asarray(k)  # A view: numpy checks it without compiling.
+  if isinstance(k, np.ndarray):  # Host kernels (memmaps too): no device copy.
+    step = max(1, 2**24 // max(1, k[0].size))
+    finite = all(np.isfinite(k[i:i + step]).all()
+                 for i in range(0, k.shape[0], step))
+  else:
+    finite = bool(jnp.all(jnp.isfinite(k)))
+  if not finite:
     raise ValueError(f'`{name}` contains NaN or inf values; the kernel must '
                      'be finite.')
 
@@ -204,7 +220,9 @@ def _checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
   """`(y_train, k_train_train, layout)` as arrays, after checking that the
   kernel is a finite array relating the `y_train` points."""
   y_train = jnp.asarray(y_train)
-  k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
+  if not (isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2):
+    # 2D host kernels (and memmaps) stay on the host, uncopied.
+    k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
   layout = _layout(y_train, trace_axes)
   _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
                 square=True)
