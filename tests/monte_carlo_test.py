@@ -275,7 +275,80 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(k, on_device(x1, x2, 'ntk'))
 
 
+class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_dropout_gets_a_key_derived_from_the_sampling_key(self):
+    # As published, `apply_fn` gets a per-sample `rng` without the user
+    # passing one: here sample `s` uses `fold_in(split(key)[1], s)`, with
+    # the convention of `nt.empirical_kernel_fn` for x2's key.
+    init_fn, apply_fn, _ = stax.serial(
+        stax.Dense(8), stax.Dropout(0.5, mode='train'), stax.Dense(1))
+    x1, x2 = _inputs()
+    n = 2
+    kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, n)
+    empirical_fn = nt.empirical_kernel_fn(apply_fn)
+    rng = random.split(_KEY)[1]
+    for second in (None, x2):
+      expected = 0.
+      for s in range(n):
+        _, params = init_fn(random.fold_in(_KEY, s), x1.shape)
+        rng1 = random.fold_in(rng, s)
+        rng2 = rng1 if second is None else random.fold_in(
+            random.fold_in(rng, 1), s)
+        expected += np.array(empirical_fn(x1, second, ('nngp', 'ntk'), params,
+                                          rng=(rng1, rng2))) / n
+      self.assertAllClose(kernel_fn(x1, second, ('nngp', 'ntk')),
+                          tuple(expected))
+
+  def test_apply_fn_without_rng_is_not_given_one(self):
+    apply_fn = lambda params, x: x @ params['w']
+    x1, x2 = _inputs()
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, apply_fn, _KEY, 2)
+    self.assertEqual(kernel_fn(x1, x2, 'ntk').shape, (x1.shape[0],
+                                                      x2.shape[0]))
+
+  def test_nan_example_stays_in_its_row_and_column(self):
+    x1, _ = _inputs()
+    x1 = x1.at[1, 0].set(jnp.nan)
+    kernel_fn = nt.monte_carlo_kernel_fn(*_network(4)[:2], _KEY, 2)
+    expected = np.zeros((x1.shape[0],) * 2, bool)
+    expected[1] = expected[:, 1] = True
+    k = kernel_fn(x1, None)
+    np.testing.assert_array_equal(np.isnan(k.ntk), expected)
+    np.testing.assert_array_equal(np.isnan(k.nngp), expected)
+    rows = np.array([0, 2, 3, 4])
+    self.assertAllClose(k.ntk[np.ix_(rows, rows)],
+                        kernel_fn(x1[rows], None, 'ntk'))
+
+  def test_x2_of_only_nones_is_none(self):
+    init_fn, apply_fn, _ = stax.parallel(stax.Dense(2), stax.Dense(3))
+    x1, _ = _inputs()
+    x = (x1, 2. * x1)
+    kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, 2)
+    self.assertAllClose(kernel_fn(x, (None, None), ('nngp', 'ntk')),
+                        kernel_fn(x, None, ('nngp', 'ntk')))
+
+  def test_get_names_in_any_case(self):
+    x1, x2 = _inputs()
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                         _KEY, 2)
+    upper = kernel_fn(x1, x2, ('NTK', 'NNGP'))
+    self.assertEqual(upper._fields, ('ntk', 'nngp'))
+    self.assertAllClose(upper.ntk, kernel_fn(x1, x2, 'ntk'))
+
+
 class ErrorsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_kernel_for_an_array_is_a_type_error(self):
+    x1, _ = _inputs()
+    init_fn, apply_fn, kernel_fn = _network(4)
+    k = kernel_fn(x1, None)
+    mc_kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, 2)
+    for args in ((k, None), (x1, k)):
+      name = 'x1' if args[0] is k else 'x2'
+      with self.assertRaisesRegex(TypeError, f'`{name}` is .*`nt.Kernel`.*'
+                                  'Pass the inputs themselves'):
+        mc_kernel_fn(*args, 'ntk')
 
   def _kernel_fn(self, n_samples, **kwargs):
     init_fn, apply_fn, _ = _network(4)

@@ -580,6 +580,17 @@ class GpInferenceTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(predict_fn(None, k_s, k_ss), (mean, cov))
     self.assertAllClose(predict_fn(None, k_s), mean, rtol=0, atol=0)
 
+  def test_get_names_in_any_case(self):
+    nngp, ntk, y_train = self._kernels(jax.random.PRNGKey(22))
+    predict_fn = predict.gp_inference(_Kernels(nngp[0], ntk[0]), y_train,
+                                      0.05)
+    test = (_Kernels(nngp[1], ntk[1]), _Kernels(nngp[2], ntk[2]))
+    upper = predict_fn(('NTK', 'NNGP'), *test)
+    self.assertEqual(upper._fields, ('ntk', 'nngp'))
+    lower = predict_fn(('ntk', 'nngp'), *test)
+    self.assertAllClose(upper, lower)
+    self.assertAllClose(predict_fn('NtkGp', *test), predict_fn('ntkgp', *test))
+
   def test_ntk_is_infinitely_trained_network_posterior(self):
     nngp, ntk, y_train = self._kernels(jax.random.PRNGKey(21))
     reg = 0.05

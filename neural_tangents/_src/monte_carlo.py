@@ -23,8 +23,8 @@ Example:
   >>> kernel_fn(x1, x2, 'ntk').shape  # ~ the analytic NTK of the network
   (3, 2)
 """
-import collections
 from collections.abc import Iterable
+import inspect
 from typing import Any, Callable, Generator, Sequence, Union
 
 import jax
@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src import batching
+from neural_tangents._src.empirical import canonical_x2
+from neural_tangents._src.empirical import check_inputs
 from neural_tangents._src.empirical import DEFAULT_NTK_IMPLEMENTATION
 from neural_tangents._src.empirical import empirical_kernel_fn
 from neural_tangents._src.empirical import is_single_key
@@ -80,7 +82,11 @@ def monte_carlo_kernel_fn(
   `apply_fn(x1)` gets `rng` and `apply_fn(x2)` gets `random.fold_in(rng, 1)`,
   unless x2 is None or equals x1, when both get `rng`; a pair
   `(rng1, rng2)` is used as given. Sample `s` folds `s` into each of these
-  keys (`random.fold_in(key, s)`).
+  keys (`random.fold_in(key, s)`). Without `rng`, an `apply_fn` that takes
+  it (a parameter `rng` or `**kwargs`, as every stax `apply_fn`) gets one
+  derived from the sampling key, `rng = random.split(key)[1]`, with the
+  same convention, so that e.g. `Dropout(mode='train')` networks are
+  sampled with independent masks per network.
 
   Args:
     init_fn: `init_fn(key, input_shape) -> (output_shape, params)`.
@@ -141,6 +147,7 @@ def monte_carlo_kernel_fn(
   devices = batching.select_devices(device_count)
   empirical = empirical_kernel_fn(apply_fn, trace_axes, diagonal_axes,
                                   vmap_axes, implementation)
+  default_rng = random.split(key)[1] if _takes_rng(apply_fn) else None
 
   def sample_sum(x1: PyTree, x2: PyTree, get: Any, start: jax.Array,
                  stop: jax.Array, **apply_fn_kwargs) -> Any:
@@ -229,6 +236,10 @@ def monte_carlo_kernel_fn(
   def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
                 **apply_fn_kwargs) -> Any:
     get = _check_get(get)
+    x2 = canonical_x2(x2)
+    check_inputs(x1, x2)
+    if default_rng is not None and 'rng' not in apply_fn_kwargs:
+      apply_fn_kwargs['rng'] = default_rng
     rng = apply_fn_kwargs.get('rng')
     if is_single_key(rng):
       rng1, rng2 = read_rng(rng, x1, x2)
@@ -245,6 +256,17 @@ def monte_carlo_kernel_fn(
         bar.close()
 
   return kernel_fn
+
+
+def _takes_rng(apply_fn: ApplyFn) -> bool:
+  """Whether `apply_fn` accepts an `rng` keyword (by name or `**kwargs`)."""
+  try:
+    parameters = inspect.signature(apply_fn).parameters.values()
+  except (TypeError, ValueError):  # No signature (e.g. some builtins).
+    return False
+  return any(p.kind == p.VAR_KEYWORD or
+             (p.name == 'rng' and p.kind != p.POSITIONAL_ONLY)
+             for p in parameters)
 
 
 def _jit_with_static(fn: Callable[..., Any], args: tuple,

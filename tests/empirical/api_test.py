@@ -353,6 +353,106 @@ class OtherKernelsTest(test_utils.NeuralTangentsTestCase):
 
 
 
+def _two_input_net():
+  """`parallel(Dense, Dense)` on inputs `(a, b)`: two outputs."""
+  init_fn, apply_fn, _ = stax.parallel(stax.Dense(2), stax.Dense(3))
+  x = (normal(1, (4, 3)), normal(2, (4, 5)))
+  _, params = init_fn(jax.random.PRNGKey(0), (x[0].shape, x[1].shape))
+  return apply_fn, x, params
+
+
+class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
+  """Calls that the published release accepts, with its results."""
+
+  def test_x2_of_only_nones_is_none(self):
+    # Read before the implementation runs: one implementation suffices.
+    apply_fn, x, params = _two_input_net()
+    implementation = nt.NtkImplementation.STRUCTURED_DERIVATIVES
+    kernel_fn = nt.empirical_kernel_fn(apply_fn,
+                                       implementation=implementation)
+    expected = kernel_fn(x, None, ('nngp', 'ntk'), params)
+    self.assertAllClose(kernel_fn(x, (None, None), ('nngp', 'ntk'), params),
+                        expected)
+    ntk_fn = nt.empirical_ntk_fn(apply_fn, implementation=implementation)
+    self.assertAllClose(ntk_fn(x, (None, None), params), expected.ntk)
+    nngp_fn = nt.empirical_nngp_fn(apply_fn)
+    self.assertAllClose(nngp_fn(x, (None, None), params), expected.nngp)
+    cotangents = (jnp.ones((4, 2)), jnp.ones((4, 3)))
+    self.assertAllClose(
+        nt.empirical_ntk_vp_fn(apply_fn, x, (None, None), params)(cotangents),
+        nt.empirical_ntk_vp_fn(apply_fn, x, None, params)(cotangents))
+
+  @named(implementation=IMPL)
+  def test_vmap_axes_none_for_absent_inputs_line_up(self, implementation):
+    # x = (a, None, b): the axes (0, None, 1) are a's and b's, leaf by leaf.
+    def f(params, x):
+      a, _, b = x
+      return jnp.tanh(a @ params['w'] + b.T @ params['v'])
+    params = {'w': normal(1, (3, 2)), 'v': normal(2, (5, 2))}
+    x1 = (normal(3, (4, 3)), None, normal(4, (5, 4)))
+    x2 = (normal(5, (2, 3)), None, normal(6, (5, 2)))
+    expected = nt.empirical_ntk_fn(f, implementation=1)(x1, x2, params)
+    for vmap_axes in (((0, None, 1), 0), ((0, None, 1), 0, None)):
+      ntk_fn = nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
+                                   implementation=implementation)
+      self.assertAllClose(ntk_fn(x1, x2, params), expected, rtol=TOL,
+                          atol=TOL)
+
+  def test_pair_kwarg_with_none_for_absent_x2(self):
+    # Read before the implementation runs: one implementation suffices.
+    def f(params, x, scale=1.):
+      return mlp(params, x) * scale
+    x, params = normal(1, (4, 3)), mlp_params()
+    ntk_fn = nt.empirical_ntk_fn(f)
+    self.assertAllClose(ntk_fn(x, None, params, scale=(2., None)),
+                        ntk_fn(x, None, params, scale=2.))
+    self.assertAllClose(ntk_fn(x, None, params, scale=(2., None)),
+                        4. * ntk_fn(x, None, params), rtol=TOL, atol=TOL)
+    kernel_fn = nt.empirical_kernel_fn(f)
+    self.assertAllClose(kernel_fn(x, None, 'nngp', params, scale=(2., None)),
+                        kernel_fn(x, None, 'nngp', params, scale=2.))
+
+  @named(implementation=IMPL, vmap=VMAP_NONE_ZERO)
+  def test_nan_example_stays_in_its_row_and_column(self, implementation,
+                                                   vmap):
+    x1 = normal(1, (4, 3)).at[1, 0].set(jnp.nan)
+    x2 = normal(2, (3, 3))
+    params = mlp_params()
+    ntk_fn = nt.empirical_ntk_fn(mlp, vmap_axes=vmap,
+                                 implementation=implementation)
+    finite = nt.empirical_ntk_fn(mlp, implementation=1)
+    rows = np.array([0, 2, 3])
+    k = ntk_fn(x1, None, params)
+    expected = np.zeros((4, 4), bool)
+    expected[1] = expected[:, 1] = True
+    np.testing.assert_array_equal(np.isnan(k), expected)
+    self.assertAllClose(k[np.ix_(rows, rows)], finite(x1[rows], None, params),
+                        rtol=TOL, atol=TOL)
+    k = ntk_fn(x1, x2, params)
+    np.testing.assert_array_equal(np.isnan(k), np.arange(4)[:, None] == 1 +
+                                  np.zeros((1, 3), bool))
+    self.assertAllClose(k[rows], finite(x1[rows], x2, params), rtol=TOL,
+                        atol=TOL)
+
+  def test_nan_spreads_where_examples_interact(self):
+    # Centering over the batch mixes examples: every entry depends on the
+    # NaN example, and the kernel is NaN everywhere, as it should be.
+    f = lambda p, x: jnp.tanh((x - x.mean(0, keepdims=True)) @ p)
+    x = normal(1, (4, 3)).at[1, 0].set(jnp.nan)
+    for implementation in nt.NtkImplementation:
+      ntk = nt.empirical_ntk_fn(f, implementation=implementation)(
+          x, None, normal(2, (3, 2)))
+      self.assertTrue(np.isnan(ntk).all())
+
+  def test_get_names_in_any_case(self):
+    x, params = normal(1, (4, 3)), mlp_params()
+    kernel_fn = nt.empirical_kernel_fn(mlp)
+    upper = kernel_fn(x, None, ('NTK', 'NNGP'), params)
+    self.assertEqual(upper._fields, ('ntk', 'nngp'))
+    self.assertAllClose(upper.ntk, kernel_fn(x, None, 'ntk', params))
+    self.assertAllClose(kernel_fn(x, None, 'Nngp', params), upper.nngp)
+
+
 class BadInputTest(test_utils.NeuralTangentsTestCase):
 
   def _ntk(self, **kwargs):
@@ -394,6 +494,66 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
           normal(1, (4, 3)), None, mlp_params(), **(
               {'z': jnp.ones(3)} if isinstance(vmap_axes, tuple) and
               len(vmap_axes) == 3 and vmap_axes[2] else {}))
+
+  def test_kernel_for_an_array_is_a_type_error(self):
+    x, params = normal(1, (4, 3)), mlp_params()
+    k = stax.Dense(1)[2](x, None)
+    fix = r'.*`nt.Kernel`.*Pass the inputs themselves'
+    with self.assertRaisesRegex(TypeError, '`x1` is ' + fix):
+      nt.empirical_ntk_fn(mlp)(k, None, params)
+    with self.assertRaisesRegex(TypeError, '`x2` is ' + fix):
+      nt.empirical_kernel_fn(mlp)(x, k, 'nngp', params)
+    with self.assertRaisesRegex(TypeError, '`x1` is ' + fix):
+      nt.empirical_ntk_vp_fn(mlp, k, None, params)
+    with self.assertRaisesRegex(TypeError, r'`x` is .*Call `f_lin\(params'):
+      nt.linearize(mlp, params)(params, k)
+    with self.assertRaisesRegex(TypeError, '`params` is .*init_fn'):
+      nt.empirical_ntk_fn(mlp)(x, None, k)
+
+  @parameterized.named_parameters(
+      ('none', lambda p: None, r'\(got None\)'),
+      ('int', lambda p: jax.tree_util.tree_map(lambda a: a.astype(int), p),
+       r"\(got \[\('int"))
+  def test_params_without_floats(self, make_params, got):
+    x = normal(1, (4, 3))
+    for implementation in nt.NtkImplementation:
+      with self.assertRaisesRegex(
+          ValueError, '`params` has no floating-point leaves ' + got +
+          r'.*Pass the params returned by `init_fn`'):
+        nt.empirical_ntk_fn(mlp, implementation=implementation)(
+            x, None, make_params(mlp_params()))
+    with self.assertRaisesRegex(ValueError, '`params` has no floating'):
+      nt.empirical_ntk_vp_fn(mlp, x, None, None)
+
+  def test_linearize_of_wrong_params(self):
+    x, params = normal(1, (4, 3)), mlp_params()
+    f_lin = nt.linearize(mlp, params)
+    with self.assertRaisesRegex(ValueError, r'`p` must have the structure and '
+                                r'shapes of the `params` given to `linearize`'
+                                r'.*Pass `p` shaped like'):
+      f_lin(params[:2], x)
+    transposed = [(w.T, b) for w, b in params]
+    with self.assertRaisesRegex(ValueError, r'`p` must have the structure'):
+      f_lin(transposed, x)
+
+  def test_ntk_vp_of_wrong_batch_size(self):
+    x1, x2, params = normal(1, (4, 3)), normal(2, (2, 3)), mlp_params()
+    vp = nt.empirical_ntk_vp_fn(mlp, x1, x2, params)
+    self.assertEqual(vp(jnp.ones((2, 2))).shape, (4, 2))
+    with self.assertRaisesRegex(ValueError, r'`cotangents` must have the '
+                                r'structure and shapes of f\(params, x2\), '
+                                r'\(2, 2\); got \(4, 2\)'):
+      vp(jnp.ones((4, 2)))
+
+  def test_transposed_dense_weights(self):
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu(),
+                                       stax.Dense(1))
+    x = normal(1, (4, 3))
+    _, params = init_fn(jax.random.PRNGKey(0), x.shape)
+    (w, b), *rest = params
+    with self.assertRaisesRegex(ValueError, r'`Dense` expects 8 channels .*'
+                                r'`W`, of shape \(8, 3\).*not transposed'):
+      nt.empirical_ntk_fn(apply_fn)(x, None, [(w.T, b)] + rest)
 
   def test_invalid_get(self):
     kernel_fn = nt.empirical_kernel_fn(mlp)

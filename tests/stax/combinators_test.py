@@ -150,6 +150,20 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(params.rest[0][0].shape, (9, 32, 32))
     self.assertEqual(apply_fn(params, jnp.ones((2, 784))).shape, (2, 32))
 
+  def test_serial_layout_params_raise(self):
+    block = _BLOCKS['dense_relu']()
+    x = jnp.ones((2, 16))
+    _, serial_params = stax.serial(*[block] * 3)[0](random.PRNGKey(0),
+                                                     x.shape)
+    _, apply_fn, _ = stax.repeat(block, 3)
+    with self.assertRaisesRegex(
+        ValueError, r'`repeat\(layer, 3\)` takes the params of its `init_fn`'
+        r'.*leading axis of size 3.*`stax.serial_params_to_repeat'):
+      apply_fn(serial_params, x)
+    self.assertAllClose(
+        apply_fn(stax.serial_params_to_repeat(serial_params), x),
+        stax.serial(*[block] * 3)[1](serial_params, x))
+
   @parameterized.parameters(1, 2, 5)
   def test_param_conversion_round_trips(self, n):
     for d, block in ((16, _BLOCKS['dense_relu']()),

@@ -43,6 +43,24 @@ class GetTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(k.nngp.shape, (3, 4))
     self.assertEqual(k.cov1.shape, (3,))
 
+  def test_get_names_in_any_case(self):
+    _, _, kernel_fn = _net()
+    x1, x2 = _inputs()
+    k = kernel_fn(x1, x2)
+    upper = kernel_fn(x1, x2, ('NTK', 'NNGP'))
+    self.assertEqual(upper._fields, ('ntk', 'nngp'))
+    self.assertAllClose(upper.ntk, k.ntk)
+    self.assertAllClose(upper.nngp, k.nngp)
+    self.assertAllClose(kernel_fn(x1, x2, 'Ntk'), k.ntk)
+
+  def test_apply_fn_of_a_kernel_is_a_type_error(self):
+    init_fn, apply_fn, kernel_fn = _net()
+    x1, _ = _inputs()
+    _, params = init_fn(jax.random.PRNGKey(0), x1.shape)
+    with self.assertRaisesRegex(TypeError, r'`inputs` is .*`nt.Kernel`.*'
+                                r'pass `apply_fn\(params, x\)`.*kernel_fn'):
+      apply_fn(params, kernel_fn(x1, None))
+
   @parameterized.parameters(('ntkk',), (('nngp', 'foo'),), (3,), ((),))
   def test_unknown_get_raises(self, get):
     _, _, kernel_fn = _net()

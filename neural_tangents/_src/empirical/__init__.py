@@ -26,6 +26,8 @@ from neural_tangents._src.empirical.api import linearize
 from neural_tangents._src.empirical.api import NtkImplementation
 from neural_tangents._src.empirical.api import taylor_expand
 from neural_tangents._src.empirical.problem import ApplyFn
+from neural_tangents._src.empirical.problem import canonical_x2
+from neural_tangents._src.empirical.problem import check_inputs
 from neural_tangents._src.empirical.problem import VMapAxes
 from neural_tangents._src.empirical.rng import is_single_key
 from neural_tangents._src.empirical.rng import read_rng

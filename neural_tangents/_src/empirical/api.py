@@ -148,9 +148,13 @@ def empirical_ntk_fn(
                                                 'diagonal_axes')
   problem_lib.check_vmap_axes(vmap_axes)
   choices: dict = {}  # AUTO's choice per shapes, see `auto.choose`.
+  per_example: dict = {}  # See `_per_example_where_equivalent`.
 
   def ntk_fn(x1: PyTree, x2: Optional[PyTree], params: PyTree,
              **apply_fn_kwargs) -> PyTree:
+    x2 = problem_lib.canonical_x2(x2)
+    problem_lib.check_inputs(x1, x2)
+    problem_lib.check_params(params)
     setup = functools.partial(problem_lib.setup, f, x1, x2, params,
                               apply_fn_kwargs, trace_axes, diagonal_axes)
     problem, param_leaves, data1, data2 = setup(vmap_axes)
@@ -162,11 +166,50 @@ def empirical_ntk_fn(
           problem_lib.static_kwargs_key(apply_fn_kwargs), choices)
     else:
       fn = _IMPLEMENTATIONS[implementation]
+      if vmap_axes is None:
+        problem = _per_example_where_equivalent(
+            setup, problem, param_leaves, data1, data2,
+            problem_lib.static_kwargs_key(apply_fn_kwargs), per_example)
     kernels = problem_lib.place_example_axes(
         problem, fn(problem, param_leaves, data1, data2))
     return tree_util.tree_unflatten(problem.out_treedef, kernels)
 
   return takes_rng_pairs(ntk_fn)
+
+
+def _per_example_where_equivalent(
+    setup: Callable[[VMapAxes], tuple], problem: problem_lib.Problem,
+    params: list, data1: list, data2: list, static_key: tuple, cache: dict
+) -> problem_lib.Problem:
+  """The per-example formulation of a whole-batch problem, where it provably
+  gives the same kernel; else `problem`.
+
+  Whole-batch derivatives mix examples: the reverse-mode derivative of a
+  layer sums over the batch, so the zero cotangents of other examples'
+  outputs multiply a NaN or inf activation of one example (`0 * NaN = NaN`)
+  and the whole kernel becomes NaN. Per example, a non-finite example only
+  spoils its own row and column, as with `vmap_axes=0`. Used only where the
+  jaxpr proves that examples do not interact
+  (`structured_kernels.examples_separable`), `f` is the same program at
+  every batch size (`auto.other_formulation`) and keyword arguments stay
+  shared; the answer is cached per shapes.
+  """
+  key = (tree_util.tree_structure((params, data1, data2)),
+         tuple((np.shape(x), str(jnp.result_type(x)))
+               for x in tree_util.tree_leaves((params, data1, data2))),
+         problem.symmetric, problem.layouts, static_key)
+  if key not in cache:
+    other = None
+    if structured_kernels.examples_separable(problem, params, data1, data2):
+      other = auto.other_formulation(setup, None, params, data1, data2,
+                                     verify=True, separable=True)
+    cache[key] = other is not None and all(
+        axis is None for side in other.sides
+        for axis in side.data_axes[side.n_x:])
+  if not cache[key]:
+    return problem
+  return auto.other_formulation(setup, None, params, data1, data2,
+                                verify=False)
 
 
 def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
@@ -194,6 +237,8 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
 
   def nngp_fn(x1: PyTree, x2: Optional[PyTree], params: PyTree,
               **apply_fn_kwargs) -> PyTree:
+    x2 = problem_lib.canonical_x2(x2)
+    problem_lib.check_inputs(x1, x2)
     kwargs1, kwargs2, same = rng_lib.split_kwargs(apply_fn_kwargs, x1, x2)
     out1 = f(params, x1, **kwargs1)
     out2 = out1 if x2 is None and same else f(
@@ -254,6 +299,7 @@ def empirical_kernel_fn(
                 **apply_fn_kwargs) -> Any:
     names, single = arguments.parse_get(get, _KERNELS)
     names = names or _KERNELS
+    x2 = problem_lib.canonical_x2(x2)
     values = [kernel_fns[n](x1, x2, params, **apply_fn_kwargs) for n in names]
     if single:
       return values[0]
@@ -288,15 +334,40 @@ def empirical_ntk_vp_fn(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
     >>> vp(jnp.ones((4, 2))).shape
     (4, 2)
   """
+  x2 = problem_lib.canonical_x2(x2)
+  problem_lib.check_inputs(x1, x2)
+  problem_lib.check_params(params)
   kwargs1, kwargs2, _ = rng_lib.split_kwargs(apply_fn_kwargs, x1, x2)
   x2 = x1 if x2 is None else x2
 
   def ntk_vp(cotangents: PyTree) -> PyTree:
-    _, vjp_fn = jax.vjp(lambda p: f(p, x2, **kwargs2), params)
+    arguments.reject_kernel(cotangents, 'cotangents',
+                            'Pass arrays shaped like `f(params, x2)`.')
+    out, vjp_fn = jax.vjp(lambda p: f(p, x2, **kwargs2), params)
+    _check_like(cotangents, out, 'cotangents', 'f(params, x2)')
     tangents, = vjp_fn(cotangents)
     return jax.jvp(lambda p: f(p, x1, **kwargs1), (params,), (tangents,))[1]
 
   return ntk_vp
+
+
+_LINEARIZE_INPUTS_FIX = ('Call `f_lin(params, x)` with the inputs of `f` '
+                         '(arrays); a `Kernel` is the input of an analytic '
+                         '`kernel_fn` only.')
+
+
+def _check_like(value: PyTree, reference: PyTree, name: str,
+                what: str) -> None:
+  """Raises a `ValueError` unless `value` has `reference`'s structure and
+  leaf shapes (`what` says what `reference` is, for the message)."""
+  structure = tree_util.tree_structure(value)
+  expected = tree_util.tree_structure(reference)
+  shapes = tree_util.tree_map(np.shape, value)
+  expected_shapes = tree_util.tree_map(np.shape, reference)
+  if structure != expected or shapes != expected_shapes:
+    raise ValueError(
+        f'`{name}` must have the structure and shapes of {what}, '
+        f'{expected_shapes}; got {shapes}. Pass `{name}` shaped like {what}.')
 
 
 def linearize(f: Callable[..., PyTree], params: PyTree) -> Callable[..., PyTree]:
@@ -318,7 +389,11 @@ def linearize(f: Callable[..., PyTree], params: PyTree) -> Callable[..., PyTree]
     0.4932
   """
 
+  problem_lib.check_params(params)
+
   def f_lin(p: PyTree, *args, **kwargs) -> PyTree:
+    _check_like(p, params, 'p', 'the `params` given to `linearize`')
+    arguments.reject_kernel(args, 'x', _LINEARIZE_INPUTS_FIX)
     dparams = tree_util.tree_map(jnp.subtract, p, params)
     f_params, df = jax.jvp(lambda q: f(q, *args, **kwargs), (params,),
                            (dparams,))

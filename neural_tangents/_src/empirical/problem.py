@@ -16,6 +16,7 @@ import numpy as np
 
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import rng as rng_lib
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.typing import Axes, PyTree
 
 ApplyFn = Callable[..., PyTree]
@@ -46,6 +47,51 @@ def parse_output_axes(axes: Axes, name: str) -> tuple[int, ...]:
                      f'(output axes, negative ones counted from the end), '
                      f'e.g. `{name}=(-1,)`.')
   return tuple(int(a) for a in out)
+
+
+def canonical_x2(x2: Optional[PyTree]) -> Optional[PyTree]:
+  """`x2`, or None if it is made only of Nones.
+
+  As published, `x2=(None, None)` (e.g. for a two-input `parallel` network)
+  means `x2=None`: the kernel of x1 with itself.
+
+  Example:
+    >>> canonical_x2((None, None)) is None
+    True
+  """
+  if x2 is None or tree_util.tree_leaves(x2):
+    return x2
+  nones = tree_util.tree_leaves(x2, is_leaf=lambda v: v is None)
+  return None if nones else x2
+
+
+_INPUTS_FIX = ('Pass the inputs themselves (arrays, or the pytree of arrays '
+               'the function takes); a `Kernel` is the input of an analytic '
+               '`kernel_fn` only.')
+
+
+def check_inputs(x1: PyTree, x2: Optional[PyTree]) -> None:
+  """Raises a `TypeError` naming `x1` or `x2` if it is a `Kernel`."""
+  arguments.reject_kernel(x1, 'x1', _INPUTS_FIX)
+  arguments.reject_kernel(x2, 'x2', _INPUTS_FIX)
+
+
+def check_params(params: PyTree) -> None:
+  """Raises unless `params` has floating-point leaves to differentiate by.
+
+  Example:
+    >>> check_params({'w': jnp.ones(3)})
+  """
+  fix = ('Pass the params returned by `init_fn` (e.g. `_, params = '
+         'init_fn(key, x.shape)`), with floating-point arrays.')
+  arguments.reject_kernel(params, 'params', fix)
+  leaves = tree_util.tree_leaves(params)
+  if not any(jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
+             for leaf in leaves):
+    got = tree_util.tree_map(lambda l: jnp.result_type(l).name, params)
+    raise ValueError(
+        f'`params` has no floating-point leaves (got {got!r}); the kernel '
+        f'differentiates `f` with respect to them. {fix}')
 
 
 def is_int(vmap_axes: VMapAxes) -> bool:
@@ -136,18 +182,28 @@ def static_kwargs_key(kwargs: dict[str, Any]) -> tuple:
 
 
 def _broadcast_prefix(prefix: Any, tree: Any, name: str, value: Any) -> list:
-  """The leaves of `prefix` broadcast to the leaves of `tree`."""
+  """The leaves of `prefix` broadcast to the leaves of `tree`, one per leaf.
+
+  A None in `prefix` over a None subtree of `tree` (an absent input) gives
+  no entry, so that the result lines up with `tree_leaves(tree)`.
+  """
   try:
     full = tree_util.tree_map(
-        lambda p, sub: tree_util.tree_map(lambda _: p, sub), prefix, tree,
-        is_leaf=lambda p: p is None)
+        lambda p, sub: tree_util.tree_map(lambda _: _Axis(p), sub), prefix,
+        tree, is_leaf=lambda p: p is None)
   except ValueError as e:
     raise ValueError(
         f'`vmap_axes={value!r}`: its {name} do not match the structure of '
         f'the {name.split()[0]} ({tree_util.tree_structure(tree)}); give an '
         'int, or a pytree with the same structure (a prefix of it).'
     ) from e
-  return tree_util.tree_leaves(full, is_leaf=lambda p: p is None)
+  return [axis.value for axis in tree_util.tree_leaves(full)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+  """A pytree leaf holding one broadcast axis (None included)."""
+  value: Optional[int]
 
 
 def _normalize_axis(axis: Any, ndim: int, what: str,

@@ -110,7 +110,8 @@ def read_rng(rng: Any, x1: PyTree,
 
 def split_kwargs(kwargs: dict[str, Any], x1: PyTree,
                  x2: Optional[PyTree]) -> tuple[dict, dict, bool]:
-  """Per-call keyword arguments: a 2-tuple is `(for x1, for x2)`.
+  """Per-call keyword arguments: a 2-tuple is `(for x1, for x2)`; with x2
+  None, `(v, None)` is `v`.
 
   A single PRNG key `rng` follows the published convention, `read_rng`.
 
@@ -128,8 +129,11 @@ def split_kwargs(kwargs: dict[str, Any], x1: PyTree,
       kwargs1[name], kwargs2[name] = read_rng(value, x1, x2)
       same = same and kwargs1[name] is kwargs2[name]
     elif isinstance(value, tuple) and len(value) == 2:
-      kwargs1[name], kwargs2[name] = value
-      same = same and value[0] is value[1]
+      first, second = value
+      if x2 is None and second is None:
+        second = first  # As published: `(v, None)` with x2=None is `v`.
+      kwargs1[name], kwargs2[name] = first, second
+      same = same and first is second
     else:
       kwargs1[name] = kwargs2[name] = value
   return kwargs1, kwargs2, same

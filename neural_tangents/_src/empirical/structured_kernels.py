@@ -109,6 +109,35 @@ def plan_structured(problem: problem_lib.Problem, params: list, data1: list,
   return plan, mode
 
 
+def examples_separable(problem: problem_lib.Problem, params: list,
+                       data1: list, data2: list) -> bool:
+  """Whether both sides' jaxprs prove that x's examples do not interact.
+
+  For a whole-batch problem (no `vmap_axes`): the output of example `n`
+  (axis 0 of every output) depends on x only through `x[n]` (axis 0 of
+  every x leaf), keyword arguments and params being shared. Any doubt
+  (a primitive without a batch rule, a failed trace) gives False.
+
+  Example:
+    >>> problem, params, data1, data2 = problem_lib.setup(
+    ...     lambda p, x: jnp.tanh(x @ p), x1, x2, jnp.ones((4, 2)), {}, (-1,),
+    ...     (), None)
+    >>> examples_separable(problem, params, data1, data2)
+    True
+  """
+  if problem.per_example or min(side.n for side in problem.sides) < 2:
+    return False
+  param_avals = [problem_lib.abstract(p) for p in params]
+  for side, data in zip(problem.sides, (data1, data2)):
+    try:
+      program = structured.trace_program(
+          side.fn, param_avals, [problem_lib.abstract(d) for d in data])
+      _separable_axes(program, len(params), side.n_x)
+    except Exception:  # pylint: disable=broad-except
+      return False  # Unsupported, or e.g. `f` closes over a tracer.
+  return True
+
+
 def _separable_axes(program: structured.Program, n_params: int,
                     n_x: int) -> dict:
   """Batch axes proving x's examples do not interact, else Unsupported."""

@@ -11,6 +11,7 @@ import jax
 from jax import lax
 from jax import random
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
@@ -376,11 +377,31 @@ def _apply_signature(x: Any) -> Any:
   return _kernel_signature(x)
 
 
+def _check_stacked(params: Any, n: int) -> None:
+  """Raises a `ValueError` unless `params` are `repeat`'s stacked params:
+  every leaf with a leading axis of size `n` (`n - 1` after a
+  differently shaped first application)."""
+  if isinstance(params, RepeatParams):
+    leaves, size = jax.tree_util.tree_leaves(params.rest), n - 1
+  else:
+    leaves, size = jax.tree_util.tree_leaves(params), n
+  if all(np.ndim(leaf) > 0 and np.shape(leaf)[0] == size for leaf in leaves):
+    return
+  shapes = [np.shape(leaf) for leaf in leaves]
+  raise ValueError(
+      f'`repeat(layer, {n})` takes the params of its `init_fn`: each leaf '
+      f'stacked along a leading axis of size {size}; got leaves of shapes '
+      f'{shapes}. Pass the params `repeat`\'s `init_fn` returned; to use the '
+      f'params of `serial(*[layer] * {n})`, convert them with '
+      '`stax.serial_params_to_repeat(serial_params)`.')
+
+
 def _scan_apply(apply_fn: Callable, params: Any, x: Any, n: int,
                 rng: Optional[jax.Array], **kwargs) -> Any:
   """Applies `apply_fn` with stacked params `n` times, as `serial` would."""
   if n == 0:
     return x
+  _check_stacked(params, n)
   rngs = None if rng is None else random.split(rng, n)
   first, rest = _split_first(params)
 

@@ -150,8 +150,10 @@ def Dense(out_dim: int,
     if inputs.shape[c_axis] != W.shape[0]:
       raise ValueError(
           f'`Dense` expects {W.shape[0]} channels on axis {channel_axis} of its '
-          f'inputs; got inputs of shape {inputs.shape}. Pass inputs matching '
-          'the `input_shape` given to `init_fn`.')
+          f'inputs (the first axis of `W`, of shape {W.shape}); got inputs of '
+          f'shape {inputs.shape}. Pass inputs matching the `input_shape` '
+          'given to `init_fn`, and the params `(W, b)` it returned (`W` of '
+          'shape (in_channels, out_channels), not transposed).')
     out = jnp.moveaxis(jnp.tensordot(inputs, W, (c_axis, 0)), -1, c_axis)
     if standard:
       out = out / math.sqrt(s_in)

@@ -569,6 +569,7 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
     # `@supports_masking` refuses masked inputs instead of mishandling them.
     apply_fn = masking.check_apply_masking(apply_fn, spec.supports_masking,
                                            layer_fn.__name__)
+    apply_fn = _rejecting_kernels(apply_fn, layer_fn.__name__)
     kernel_op = masking.check_kernel_masking(kernel_op, layer_fn.__name__)
     kernel_fn = public_kernel_fn(kernel_op)
     for fn in (init_fn, apply_fn, kernel_fn):
@@ -576,6 +577,21 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
     return init_fn, apply_fn, kernel_fn
 
   return new_layer_fn
+
+
+def _rejecting_kernels(apply_fn: Callable, name: str) -> Callable:
+  """Wraps a layer's `apply_fn` to raise a `TypeError` for `Kernel` inputs."""
+
+  @functools.wraps(apply_fn)
+  def checked_apply_fn(params, inputs, **kwargs):
+    arguments.reject_kernel(
+        inputs, 'inputs',
+        f'`apply_fn` of `{name}` computes the network on arrays: pass '
+        '`apply_fn(params, x)`; to propagate a `Kernel`, call '
+        '`kernel_fn(kernel)`.')
+    return apply_fn(params, inputs, **kwargs)
+
+  return checked_apply_fn
 
 
 def _spatially_diagonal(k: Any) -> bool:

@@ -3,7 +3,10 @@ error that names the argument, the value and the fix."""
 import enum
 from typing import Any, Optional, Sequence, TypeVar, Union
 
+import jax
 import numpy as np
+
+from neural_tangents._src.utils.kernel import Kernel
 
 EnumT = TypeVar('EnumT', bound=enum.Enum)
 
@@ -13,7 +16,9 @@ def parse_get(get: Any, allowed: Sequence[str]
   """`get` as `(names, single)`: the requested names and whether one was
   asked for as a bare string (so one value, not a namedtuple, is returned).
 
-  `None` gives `(None, False)`: every name the caller computes.
+  `None` gives `(None, False)`: every name the caller computes. Names are
+  matched in any case (as published, `'NTK'` is `'ntk'`) and returned as
+  spelled in `allowed`, so output fields are lower case.
 
   Args:
     get: `None`, a name, or a non-empty tuple/list of distinct names.
@@ -27,6 +32,8 @@ def parse_get(get: Any, allowed: Sequence[str]
     (('ntk',), True)
     >>> parse_get(['nngp', 'ntk'], ('nngp', 'ntk'))
     (('nngp', 'ntk'), False)
+    >>> parse_get(('NTK', 'Nngp'), ('nngp', 'ntk'))
+    (('ntk', 'nngp'), False)
   """
   if get is None:
     return None, False
@@ -37,14 +44,38 @@ def parse_get(get: Any, allowed: Sequence[str]
   if not isinstance(names, (tuple, list)) or not names:
     raise ValueError(f'`get` must be a name or a tuple of names; got '
                      f'{get!r}. {fix}')
+  by_lower = {a.lower(): a for a in allowed}
+  canonical = []
   for name in names:
-    if not isinstance(name, str) or name not in allowed:
+    if not isinstance(name, str) or name.lower() not in by_lower:
       raise ValueError(f'`get={get!r}` asks for {name!r}, which is not '
                        f'available here. {fix}')
+    canonical.append(by_lower[name.lower()])
+  names = canonical
   if len(set(names)) != len(names):
     raise ValueError(f'`get={get!r}` names a kernel twice. Pass each name '
                      'once.')
   return tuple(names), single
+
+
+def reject_kernel(value: Any, name: str, fix: str) -> None:
+  """Raises a `TypeError` if `value` is, or holds, a `Kernel` where arrays
+  are expected (e.g. the inputs of an `apply_fn` or an empirical kernel).
+
+  Args:
+    value: the argument (an array or a pytree of arrays).
+    name: the argument's name, for the message.
+    fix: how to fix it, for the message.
+
+  Example:
+    >>> reject_kernel(np.ones((2, 3)), 'x1', 'Pass the inputs.')
+  """
+  leaves = jax.tree_util.tree_leaves(
+      value, is_leaf=lambda v: isinstance(v, Kernel))
+  if any(isinstance(leaf, Kernel) for leaf in leaves):
+    raise TypeError(
+        f'`{name}` is (or holds) an `nt.Kernel`, but arrays are expected '
+        f'here. {fix}')
 
 
 def parse_enum(value: Union[str, EnumT], cls: type[EnumT], name: str) -> EnumT:
