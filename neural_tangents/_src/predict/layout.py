@@ -91,7 +91,7 @@ def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
 def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
   """`(N, O_1, ..., O_d)` -> `(kept sizes, traced sizes)`."""
   kept = layout.kept
-  if fx.ndim == 2 and kept + layout.traced == (0, 1):  # Already a matrix.
+  if fx.ndim == 2 and kept == (0,) and layout.traced == (1,):  # A matrix.
     return fx
   fx = jnp.transpose(fx, kept + layout.traced)
   return fx.reshape(math.prod(fx.shape[:len(kept)]),
