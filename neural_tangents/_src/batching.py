@@ -36,6 +36,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
+from neural_tangents._src.utils import arguments
 from neural_tangents._src import empirical
 # The block splitting and assembly, re-exported: this module keeps every name.
 # pylint: disable=unused-import
@@ -162,6 +163,8 @@ def batch(kernel_fn: Callable[..., Any],
     >>> type(k).__name__, k.shape
     ('ndarray', (3, 3))
   """
+  arguments.callable_arg(kernel_fn, 'kernel_fn', 'Pass the `kernel_fn` of a '
+                         'network, e.g. `stax.serial(...)[2]`.')
   _check_batch_size(batch_size)
   devices = _devices(device_count)
   if not isinstance(store_on_device, (bool, np.bool_)):
