@@ -141,17 +141,18 @@ def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
   """`D = (1 + alpha q1)(1 + alpha q2) - alpha^2 c^2`, computed as `m^2 d`.
 
   Expanded as `1 + alpha (q1 + q2) + alpha^2 (q1 q2 - c^2)` (non-negative
-  terms, `D >= 1`), but on arguments divided by `m`, a power of 2 at least
-  `max(1, alpha q1, alpha q2)`: the products of variances overflow in
-  float32 from variances of about 1e19 (from inputs of about 1e10) where the
-  bounded kernels built from `D` are perfectly representable.
+  terms, `D >= 1`), but on arguments divided by `m`, the largest power of 2
+  `<= max(1, q1, q2)`: the products of variances overflow in float32 from
+  variances of about 1e19 (inputs of about 1e10) where the bounded kernels
+  built from `D` are perfectly representable. For variances up to 1, `m = 1`
+  and this is the unscaled expansion.
 
   Returns:
     `(m, alpha c / m, sqrt(d))`, so that `sqrt(D) = m sqrt(d)` and
     `atan2(alpha c, sqrt(D)) = atan2(alpha c / m, sqrt(d))`.
   """
-  m = scaling.scale_above(jnp.maximum(alpha * q1, alpha * q2))
-  u1, u2, v, e = alpha * q1 / m, alpha * q2 / m, alpha * c / m, 1 / m
+  m = scaling.scale_above(jnp.maximum(q1, q2))
+  u1, u2, v, e = alpha * (q1 / m), alpha * (q2 / m), alpha * (c / m), 1 / m
   # `u1 u2 - v^2 >= 0` up to rounding, which the floor `e^2` (`D >= 1`)
   # absorbs.
   d = jnp.maximum(e**2 + e * (u1 + u2) + (u1 * u2 - v**2), e**2)
@@ -224,13 +225,16 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
     nngp = a**2 * 2 / np.pi * arctan2(v, root) + c_shift**2
     dot = a**2 * 2 * alpha / (np.pi * jnp.maximum(m * root, 1))
     # Overflowed (infinite) variances: the limit `q -> inf` of `erf(b x)` is
-    # `sign(x)`, whose kernel is `2/pi arcsin(rho)`, and `dot -> 0`.
-    overflow = jnp.isinf(alpha * q1) | jnp.isinf(alpha * q2)
+    # `sign(x)`, whose kernel is `2/pi arcsin(rho)` (with `rho` as
+    # `correlation` takes it), and `dot -> 0` as `1 / sqrt(q)`: the smallest
+    # positive normal number, so that an infinite incoming NTK stays inf
+    # (`0 * inf` would be NaN).
+    overflow = jnp.isinf(q1) | jnp.isinf(q2)
     if b != 0:
       _, rho = correlation(q1, q2, c)
       limit = a**2 * (1 - 2 * arccos_angle(rho)[0] / np.pi) + c_shift**2
       nngp = jnp.where(overflow, limit, nngp)
-      dot = jnp.where(overflow, 0, dot)
+      dot = jnp.where(overflow, np.finfo(dot.dtype).tiny, dot)
     return nngp, (dot if compute_dot else None)
   return kernel_map
 

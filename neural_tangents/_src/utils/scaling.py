@@ -37,12 +37,16 @@ def exponent_of(x: Array) -> Array:
 
 
 def scale_above(x: Array) -> Array:
-  """The largest power of 2 `m <= max(x, 1)`, so `1 <= max(x, 1) / m < 2`
-  (up to the clipping of `power_of_two`); no gradient flows through it.
+  """The largest power of 2 `m <= max(x, 1)`, so `1 <= max(x, 1) / m < 2`;
+  no gradient flows through it.
+
+  `m` is capped at `2^-minexp` (`2^126` in float32), so that `1 / m` is a
+  normal number (CPUs flush subnormals to zero) and `x / m` is still below 4.
 
   Example:
     >>> scale_above(jnp.array([0.5, 10.]))
     Array([1., 8.], dtype=float32)
   """
   x = lax.stop_gradient(jnp.maximum(x, 1))
-  return power_of_two(exponent_of(x) - 1, x.dtype)
+  exponent = jnp.minimum(exponent_of(x) - 1, -np.finfo(x.dtype).minexp)
+  return power_of_two(exponent, x.dtype)
