@@ -399,7 +399,7 @@ class InputDtypeTest(parameterized.TestCase):
     x = np.random.RandomState(1).randn(3, 4)
     kernel_fn = stax.Dense(1)[2]
     want = kernel_fn(x, None, 'nngp')
-    for c in (1e-19, 1e19):
+    for c in (1e-17, 1e19):
       got = kernel_fn(x.astype(np.float32) * np.float32(c), None, 'nngp')
       np.testing.assert_allclose(np.asarray(got, np.float64) / c**2, want,
                                  rtol=1e-5)
