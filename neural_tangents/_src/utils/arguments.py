@@ -53,7 +53,6 @@ def parse_enum(value: Union[str, EnumT], cls: type[EnumT], name: str) -> EnumT:
 
   Example:
     >>> import enum
-import functools
     >>> class Color(enum.Enum):
     ...   RED = 'RED'
     >>> parse_enum('red', Color, 'color')
