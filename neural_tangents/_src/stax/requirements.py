@@ -548,8 +548,9 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
 def _checked_init_fn(init_fn: Callable) -> Callable:
   """`init_fn` with its PRNG key and input shape checked (see `arguments`)."""
   def checked(rng, input_shape, *args, **kwargs):
-    return init_fn(arguments.prng_key(rng), arguments.input_shape(input_shape),
-                   *args, **kwargs)
+    # `None` passes: a layer without parameters needs no key.
+    return init_fn(arguments.prng_key(rng, allow_none=True),
+                   arguments.input_shape(input_shape), *args, **kwargs)
   return checked
 
 

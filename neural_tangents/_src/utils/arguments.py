@@ -229,10 +229,13 @@ _KEY_FIX = ('Pass one key: `jax.random.PRNGKey(0)` (a raw uint32[2] key) or '
             '`jax.random.key(0)` (a typed key).')
 
 
-def prng_key(rng: Any, name: str = 'rng') -> Any:
+def prng_key(rng: Any, name: str = 'rng', *, allow_none: bool = False
+             ) -> Any:
   """`rng` if it is one PRNG key, raw (`uint32[2]`, from
-  `jax.random.PRNGKey`) or typed (shape `()`, from `jax.random.key`); else a
-  `TypeError` / `ValueError` that says which keys are accepted.
+  `jax.random.PRNGKey`) or typed (shape `()`, from `jax.random.key`), or
+  None where `allow_none` (layers without parameters take `init_fn(None,
+  shape)`); else a `TypeError` / `ValueError` that says which keys are
+  accepted.
 
   Example:
     >>> import jax
@@ -240,6 +243,8 @@ def prng_key(rng: Any, name: str = 'rng') -> Any:
     (2,)
   """
   import jax  # pylint: disable=g-import-not-at-top
+  if rng is None and allow_none:
+    return rng
   dtype = getattr(rng, 'dtype', None)
   shape = getattr(rng, 'shape', None)
   if dtype is None or shape is None:
