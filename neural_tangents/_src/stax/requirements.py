@@ -238,9 +238,8 @@ def _check_input(x: Any, name: str) -> jax.Array:
 def _scale_examples(z: jax.Array) -> tuple[jax.Array, jax.Array]:
   """`(z / s, s)` for per-example powers of 2 `s` near `max |z_i|`.
 
-  Products of input entries overflow (float32 inputs above about 1.8e19) or
-  lose precision to subnormals (below about 1e-19) where the covariance
-  itself is representable; covariances of the scaled inputs are then
+  Products of input entries overflow (float32 inputs above about 1.8e19)
+  where the covariance itself is representable; covariances of the scaled inputs are then
   multiplied back by `s_i s_j`. The scaling is exact, so in the normal range
   the covariance is bitwise the same as without it.
   """
