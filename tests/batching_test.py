@@ -549,5 +549,13 @@ class ModuleLayoutTest(BatchTestCase):
     self.assertFalse(other.analytic)
 
 
+class BatchArgumentTest(absltest.TestCase):
+
+  def test_kernel_fn_none_raises(self):
+    with self.assertRaisesRegex(TypeError, r'`kernel_fn` must be callable; '
+                                r'got None.*stax\.serial'):
+      nt.batch(None)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -561,5 +561,13 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
       kernel_fn(normal(1, (4, 3)), None, 'ntkk', mlp_params())
 
 
+class ApplyFnArgumentTest(absltest.TestCase):
+
+  def test_f_none_raises(self):
+    with self.assertRaisesRegex(TypeError, r'`f` must be callable; got None.*'
+                                r'apply_fn'):
+      nt.empirical_ntk_fn(None)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -358,5 +358,53 @@ class SerialParallelTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(apply_fn(params, jnp.ones((3, 4, 5))).shape, (3, 2))
 
 
+class ArgumentErrorTest(parameterized.TestCase):
+  """Issue 21 items 17-19: clear errors for layers, keys and shapes."""
+
+  def test_layer_constructor_not_called(self):
+    with self.assertRaisesRegex(
+        TypeError, r'`layers\[1\]` of `serial`.*`Dense`.*not called.*'
+        r'stax\.Dense\(512\)'):
+      stax.serial(stax.Relu(), stax.Dense)
+
+  @parameterized.named_parameters(
+      ('int', 0, TypeError, r'`rng` must be a PRNG key; got 0.*'
+       r'PRNGKey\(0\)'),
+      ('float', jnp.ones(2), TypeError, r'`rng`.*dtype float.*PRNGKey'),
+      ('wrong_shape', jnp.zeros(3, jnp.uint32), ValueError,
+       r'`rng`.*shape \(2,\), got shape \(3,\).*jax\.random\.key'),
+      ('several_raw', random.split(random.PRNGKey(0), 3), ValueError,
+       r'`rng` must be one PRNG key; got 3 keys.*keys\[0\].*vmap'),
+      ('several_typed', random.split(random.key(0), 2), ValueError,
+       r'`rng` must be one PRNG key.*typed keys.*keys\[0\]'),
+  )
+  def test_bad_keys(self, key, error, message):
+    init_fn = stax.serial(stax.Dense(3), stax.Relu())[0]
+    with self.assertRaisesRegex(error, message):
+      init_fn(key, (2, 4))
+    with self.assertRaisesRegex(error, message):
+      stax.Dense(3)[0](key, (2, 4))
+
+  def test_raw_and_typed_keys_give_the_same_params(self):
+    init_fn = stax.serial(stax.Dense(3), stax.Relu(), stax.Dense(1))[0]
+    _, raw = init_fn(random.PRNGKey(1), (2, 4))
+    _, typed = init_fn(random.key(1), (2, 4))
+    for a, b in zip(jax.tree_util.tree_leaves(raw),
+                    jax.tree_util.tree_leaves(typed)):
+      np.testing.assert_array_equal(a, b)
+    # Keys traced under `jit` and `vmap` are accepted.
+    jax.jit(lambda k: init_fn(k, (2, 4))[1])(random.PRNGKey(0))
+    jax.vmap(lambda k: init_fn(k, (2, 4))[1])(random.split(random.key(0), 2))
+
+  @parameterized.parameters(((5, 'a'), r"the entry 'a' is not an int"),
+                            ('ab', r"'ab' is a str, not a tuple"),
+                            ((5, 2.), r'the entry 2.0 is not an int'))
+  def test_bad_input_shape(self, shape, why):
+    init_fn = stax.serial(stax.Dense(3), stax.Relu())[0]
+    with self.assertRaisesRegex(TypeError, r'`input_shape` must be a tuple of '
+                                r'ints.*' + why + r'.*x\.shape'):
+      init_fn(random.PRNGKey(0), shape)
+
+
 if __name__ == '__main__':
   absltest.main()

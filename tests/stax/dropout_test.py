@@ -155,5 +155,18 @@ class DropoutTest(test_utils.NeuralTangentsTestCase):
       kernel_fn(jnp.ones((2, 3)), None)
 
 
+class DropoutKeyTest(absltest.TestCase):
+
+  def test_int_rng_raises_naming_the_fix(self):
+    _, apply_fn, _ = stax.Dropout(0.5, mode='train')
+    with self.assertRaisesRegex(TypeError, r'`rng` must be a PRNG key; got 0'
+                                r'.*PRNGKey\(0\).*jax\.random\.key'):
+      apply_fn((), jnp.ones((2, 3)), rng=0)
+    # A typed key works as a raw one.
+    y = apply_fn((), jnp.ones((2, 3)), rng=jax.random.key(1))
+    z = apply_fn((), jnp.ones((2, 3)), rng=jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(y, z)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -789,5 +789,110 @@ class HandSetX1IsX2Test(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(flagged.ntk, expected.ntk, msg=name)
 
 
+def _f32_inputs(shape=(3, 4), seed=0):
+  return np.random.RandomState(seed).randn(*shape).astype(np.float32)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_HOMOGENEOUS = {
+    'Relu': lambda: stax.Relu(),
+    'ABRelu': lambda: stax.ABRelu(-0.3, 1.2),
+    'LeakyRelu': lambda: stax.LeakyRelu(0.1),
+    'Abs': lambda: stax.Abs(),
+}
+
+
+class MagnitudeTest(parameterized.TestCase):
+  """`K(c x) = c^2 K(x)` for homogeneous kernels; bounded ones stay finite."""
+
+  @parameterized.product(
+      name=sorted(_HOMOGENEOUS), structure=['dense', 'conv_pool'])
+  def test_homogeneous_kernels_scale_as_c_squared(self, name, structure):
+    if structure == 'dense':
+      net = stax.serial(stax.Dense(8), _HOMOGENEOUS[name](), stax.Dense(1))
+      x = _f32_inputs((3, 4))
+    else:
+      net = stax.serial(stax.Conv(8, (2,), padding='SAME'),
+                        _HOMOGENEOUS[name](), stax.AvgPool((2,)),
+                        stax.GlobalAvgPool(), stax.Dense(1))
+      x = _f32_inputs((3, 4, 2))
+    kernel_fn = net[2]
+    # The float64 reference of K(x); c^2 K(x) in float64 says what float32
+    # can represent.
+    exact = kernel_fn(x.astype(np.float64), None, ('nngp', 'ntk'))
+    for c in (1e-15, 1e-5, 1e5, 1e15, 1e20):
+      scaled = kernel_fn(x * np.float32(c), None, ('nngp', 'ntk'))
+      for got, want in zip(scaled, exact):
+        self.assertEqual(got.dtype, np.float32)
+        want = c**2 * np.asarray(want)
+        representable = np.abs(want) < _F32_MAX / 2
+        got = np.asarray(got, np.float64)
+        np.testing.assert_allclose(
+            got[representable], want[representable], rtol=1e-5,
+            atol=1e-5 * np.max(np.abs(want)), err_msg=f'c={c}')
+        over = np.abs(want) > 2 * _F32_MAX
+        if structure == 'dense':
+          self.assertTrue(np.all(np.isinf(got[over])), f'c={c}: {got}')
+        else:
+          # Convolutions sum overflowed covariances of both signs over a
+          # window: inf - inf is NaN; never a finite value.
+          self.assertFalse(np.any(np.isfinite(got[over])), f'c={c}: {got}')
+
+  @parameterized.parameters('Erf', 'Sign', 'Gelu', 'Sigmoid_like')
+  def test_bounded_kernels_finite_for_large_inputs(self, name):
+    # Issue 21 item 12: NaN from |x| = 1e15 in float32 before.
+    layer = getattr(stax, name)()
+    kernel_fn = stax.serial(stax.Dense(8), layer, stax.Dense(1))[2]
+    x = _f32_inputs()
+    for c in (1e15, 1e19):
+      k = kernel_fn(x * np.float32(c), None, ('nngp', 'ntk'))
+      want = kernel_fn(x.astype(np.float64) * c, None, ('nngp', 'ntk'))
+      for got, ref in zip(k, want):
+        representable = np.abs(ref) < _F32_MAX / 2
+        np.testing.assert_allclose(
+            np.asarray(got, np.float64)[representable], ref[representable],
+            rtol=1e-5, atol=1e-5 * np.max(np.abs(ref)), err_msg=f'c={c}')
+    if name != 'Gelu':
+      # The bounded kernels stay finite for any finite input, even where the
+      # input covariance overflows float32 (|x| = 1e30).
+      k = kernel_fn(x * np.float32(1e30), None, 'nngp')
+      self.assertTrue(np.all(np.isfinite(k)), k)
+    # float64: the same at 1e150.
+    k = kernel_fn(x.astype(np.float64) * 1e150, None, ('nngp', 'ntk'))
+    self.assertTrue(np.all(np.isfinite(k.nngp)) and
+                    np.all(np.isfinite(k.ntk)))
+
+  def test_small_inputs_ntk_is_scaled_kernel(self):
+    # Issue 21 item 2: 75% off at 1e-10 before.
+    kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(1))[2]
+    x = _f32_inputs()
+    k = kernel_fn(x.astype(np.float64), None, 'ntk')
+    small = kernel_fn(x * np.float32(1e-10), None, 'ntk')
+    np.testing.assert_allclose(np.asarray(small, np.float64), 1e-20 * k,
+                               rtol=1e-5, atol=1e-25)
+
+  @parameterized.parameters('Relu', 'ExpNormalized', 'Conv')
+  def test_large_inputs_do_not_overflow(self, name):
+    # Issue 21 item 11: `q1 * q2` overflowed from |x| = 1e10 in float32.
+    if name == 'Conv':
+      net = stax.serial(stax.Conv(8, (2,)), stax.Relu(), stax.Flatten(),
+                        stax.Dense(1))
+      x = _f32_inputs((3, 2, 2))
+    else:
+      net = stax.serial(stax.Dense(8), getattr(stax, name)(), stax.Dense(1))
+      x = _f32_inputs()
+    kernel_fn = net[2]
+    k = kernel_fn(x.astype(np.float64), None, 'nngp')
+    big = kernel_fn(x * np.float32(1e10), None, 'nngp')
+    np.testing.assert_allclose(np.asarray(big, np.float64) / 1e20, k,
+                               rtol=1e-5, atol=1e-6)
+
+  def test_rbf_gamma_must_be_positive(self):
+    with self.assertRaisesRegex(ValueError, r'`gamma`.*-1.0.*gamma=1'):
+      stax.Rbf(gamma=-1.)
+    with self.assertRaisesRegex(TypeError, r'`gamma`.*Rbf\(gamma=1'):
+      stax.Rbf(gamma='1')
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -209,5 +209,32 @@ class IdentityTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(kernel_fn(x1, x2, 'nngp'), x1 @ x2.T / 6)
 
 
+class OverflowTest(parameterized.TestCase):
+  """Issue 21 item 3: an overflowing kernel is inf, never finite garbage."""
+
+  @parameterized.parameters(None, 0.1)
+  def test_deep_relu_network_float32(self, b_std):
+    dense, relu = stax.Dense(64, W_std=3., b_std=b_std), stax.Relu()
+    x = np.random.RandomState(0).randn(3, 4)
+    for depth in (40, 60):
+      kernel_fn = stax.serial(*[dense, relu] * depth, stax.Dense(1))[2]
+      want = np.asarray(kernel_fn(x, None, 'nngp'))  # float64
+      got = np.asarray(kernel_fn(x.astype(np.float32), None, 'nngp'),
+                       np.float64)
+      finite = np.abs(want) < np.finfo(np.float32).max / 2
+      # 40 layers: ~1e26, representable (float32 gave all zeros before); 60
+      # layers: ~1e39, beyond float32.
+      self.assertEqual(np.all(finite), depth == 40)
+      np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4)
+      self.assertTrue(np.all(np.isinf(got[~finite])), got)
+
+  def test_dense_hyperparameters_must_be_numbers(self):
+    with self.assertRaisesRegex(TypeError, r"`W_std` of `Dense`.*'1'.*W_std=1"):
+      stax.Dense(4, W_std='1')
+    with self.assertRaisesRegex(TypeError, r'`b_std` of `Dense`.*or None'):
+      stax.Dense(4, b_std='0.1')
+    stax.Dense(4, W_std=np.float32(2.), b_std=jnp.array(0.1))  # accepted
+
+
 if __name__ == '__main__':
   absltest.main()

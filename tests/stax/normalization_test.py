@@ -196,5 +196,37 @@ class LayerNormTest(test_utils.NeuralTangentsTestCase):
       stax.LayerNorm(eps=-1.)
 
 
+class LayerNormMagnitudeTest(parameterized.TestCase):
+  """Issue 21 items 3 and 12: LayerNorm at large inputs in float32."""
+
+  def test_scale_invariant_for_huge_inputs(self):
+    kernel_fn = stax.serial(stax.Dense(8), stax.LayerNorm(), stax.Dense(1))[2]
+    x = np.random.RandomState(0).randn(3, 4)
+    want = kernel_fn(x, None, 'nngp')
+    # (Not small inputs: there `eps` dominates the variance by design.)
+    for c in (1e5, 1e15, 1e19):
+      got = kernel_fn(x.astype(np.float32) * np.float32(c), None, 'nngp')
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                                 err_msg=f'c={c}')
+
+  def test_overflowed_covariance_is_nan_not_a_finite_guess(self):
+    kernel_fn = stax.serial(stax.Dense(8), stax.LayerNorm(), stax.Dense(1))[2]
+    x = np.random.RandomState(0).randn(3, 4).astype(np.float32)
+    got = kernel_fn(x * np.float32(1e25), None, 'nngp')  # covariance ~1e50
+    self.assertFalse(np.any(np.isfinite(got)), got)
+
+  def test_relu_layer_norm_network_finite_at_1e15(self):
+    kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(8),
+                            stax.LayerNorm(), stax.Dense(1))[2]
+    x = np.random.RandomState(0).randn(3, 4)
+    want = kernel_fn(x, None, ('nngp', 'ntk'))
+    got = kernel_fn(x.astype(np.float32) * np.float32(1e15), None,
+                    ('nngp', 'ntk'))
+    np.testing.assert_allclose(got.nngp, want.nngp, rtol=1e-5, atol=1e-6)
+    # The NTK of the layers below LayerNorm is divided by the variance, so
+    # it is scale-invariant too.
+    np.testing.assert_allclose(got.ntk, want.ntk, rtol=1e-4, atol=1e-5)
+
+
 if __name__ == '__main__':
   absltest.main()

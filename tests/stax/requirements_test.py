@@ -513,5 +513,40 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
                            expected)
 
 
+class InputDtypeTest(parameterized.TestCase):
+  """Issue 21 item 1: inputs of any real or bool dtype are cast to float."""
+
+  @parameterized.parameters('bool', 'int32', 'float32')
+  def test_kernel_of_inputs_is_kernel_of_float_inputs(self, dtype):
+    kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(1))[2]
+    x = np.random.RandomState(0).randn(4, 3)
+    x = (x > 0) if dtype == 'bool' else (3 * x).astype(dtype)
+    want = kernel_fn(x.astype(np.float64), None, ('nngp', 'ntk'))
+    got = kernel_fn(jnp.asarray(x), None, ('nngp', 'ntk'))
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-5)
+    # Not a constant kernel (the logical dot product of bool inputs).
+    self.assertGreater(np.ptp(np.asarray(got.nngp)), 0.01)
+
+  def test_complex_inputs_raise(self):
+    kernel_fn = stax.serial(stax.Dense(8), stax.Relu())[2]
+    x = jnp.ones((2, 3)) + 1j
+    with self.assertRaisesRegex(TypeError, r'`x1` must be real.*complex.*real'):
+      kernel_fn(x, None, 'nngp')
+    with self.assertRaisesRegex(TypeError, r'`x2` must be real'):
+      kernel_fn(jnp.ones((2, 3)), x, 'nngp')
+
+  def test_input_covariance_exact_beyond_product_range(self):
+    # Entries of 1e19 in float32 square to inf, while the covariance
+    # (up to ~1e38) is representable: the per-example power-of-2 scaling.
+    x = np.random.RandomState(1).randn(3, 4)
+    kernel_fn = stax.Dense(1)[2]
+    want = kernel_fn(x, None, 'nngp')
+    for c in (1e-17, 1e19):
+      got = kernel_fn(x.astype(np.float32) * np.float32(c), None, 'nngp')
+      np.testing.assert_allclose(np.asarray(got, np.float64) / c**2, want,
+                                 rtol=1e-5)
+
+
 if __name__ == '__main__':
   absltest.main()

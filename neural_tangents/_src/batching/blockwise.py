@@ -61,6 +61,7 @@ from neural_tangents._src.batching.store import import_zarr
 from neural_tangents._src.batching.store import Store
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 
 # Name of the mesh axis that blocks are spread over.
@@ -185,6 +186,8 @@ def batch(kernel_fn: Callable[..., Any],
     >>> type(k).__name__, k.shape
     ('ndarray', (3, 3))
   """
+  arguments.callable_arg(kernel_fn, 'kernel_fn', 'Pass the `kernel_fn` of a '
+                         'network, e.g. `stax.serial(...)[2]`.')
   options.check_batch_size(batch_size)
   devices = options.select_devices(device_count)
   if store is not None:

@@ -141,6 +141,7 @@ def empirical_ntk_fn(
     >>> ntk_fn(jnp.ones((4, 3)), None, params).shape
     (4, 4)
   """
+  arguments.callable_arg(f, 'f', 'Pass the `apply_fn(params, x)` of a network.')
   implementation = arguments.parse_enum(implementation, NtkImplementation,
                                         'implementation')
   trace_axes = problem_lib.parse_output_axes(trace_axes, 'trace_axes')

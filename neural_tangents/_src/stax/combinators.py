@@ -58,12 +58,13 @@ def serial(*layers: Layer, fold_repeats: bool = True) -> Layer:
     >>> kernel_fn(jnp.ones((2, 3)), None, 'ntk').shape
     (2, 2)
   """
+  layers = arguments.layers(layers, 'serial')
   init_fns = [l[0] for l in layers]
   apply_fns = [l[1] for l in layers]
   kernel_ops = [kernel_op_of(l[2]) for l in layers]
 
   def init_fn(rng, input_shape):
-    params = []
+    params, rng = [], arguments.prng_key(rng)
     for layer_init_fn in init_fns:
       rng, layer_rng = random.split(rng)
       input_shape, param = layer_init_fn(layer_rng, input_shape)
@@ -196,7 +197,7 @@ def parallel(*layers: Layer) -> Layer:
 
   def init_fn(rng, input_shape):
     check(input_shape, 'input shapes')
-    rngs = random.split(rng, len(layers))
+    rngs = random.split(arguments.prng_key(rng), len(layers))
     outs = [f(r, s) for f, r, s in zip(init_fns, rngs, input_shape)]
     return type(input_shape)(o[0] for o in outs), tuple(o[1] for o in outs)
 

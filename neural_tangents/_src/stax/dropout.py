@@ -13,6 +13,7 @@ from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
+from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -116,7 +117,7 @@ def Dropout(rate: float, mode: str = 'train') -> Layer:
           "`Dropout` in mode='train' needs a PRNG key; got rng=None. Call "
           '`apply_fn(params, x, rng=jax.random.PRNGKey(0))`, or use '
           "`Dropout(rate, mode='test')` for the identity.")
-    keep = random.bernoulli(rng, rate, inputs.shape)
+    keep = random.bernoulli(arguments.prng_key(rng), rate, inputs.shape)
     return jnp.where(keep, inputs / rate, jnp.zeros_like(inputs))
 
   @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())

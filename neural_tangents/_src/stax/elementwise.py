@@ -42,6 +42,7 @@ from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
+from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils.arctan import arctan2
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
@@ -71,6 +72,19 @@ def correlation(q1: Array, q2: Array, c: Array,
                 clip: bool = True) -> tuple[Array, Array]:
   """`(sqrt(q1 q2), rho)` with `rho = c / sqrt(q1 q2)`.
 
+  The product `q1 q2` under- or overflows long before the kernel does
+  (float32 variances below 1e-19 or above 1e19), and the correlation must not
+  depend on the scale of the inputs, since the arc-cosine kernels are
+  homogeneous (`K(s x) = s^2 K(x)`). So the norm is `m sqrt((q1 / m)(q2 / m))`
+  for a power of 2 `m` near `sqrt(q1 q2)`: the scaling is exact, and for
+  `q1 = q2 = c` (the diagonal) `rho` is exactly 1, as `sqrt(q^2) = q` in
+  floating point (which `sqrt(q1) sqrt(q2)` would not give).
+
+  Where the covariance itself overflowed (`c = +-inf`, so the norm is
+  infinite too), the correlation is unknown; it is taken to be `sign(c)`,
+  the limit `|c| -> sqrt(q1 q2)`, which is exact on the diagonal
+  (`c = q1 = q2`). A finite `c` against an infinite norm gives `rho = 0`.
+
   Args:
     q1, q2: variances (broadcastable against `c`).
     c: covariances.
@@ -80,9 +94,12 @@ def correlation(q1: Array, q2: Array, c: Array,
     `(norm, rho)`. Where a variance is zero, `rho` is 0 (the product is then 0
     anyway).
   """
-  norm = safe_sqrt(q1 * q2)
+  e1, e2 = scaling.exponent_of(q1), scaling.exponent_of(q2)
+  m = scaling.power_of_two((e1 + e2) // 2 - 1, jnp.result_type(q1, q2, c))
+  norm = m * safe_sqrt((q1 / m) * (q2 / m))
   positive = norm > 0
   rho = jnp.where(positive, c / jnp.where(positive, norm, 1), 0)
+  rho = jnp.where(jnp.isinf(c), jnp.sign(c), rho)
   if clip:
     # Unlike `jnp.clip`, keeps the full gradient at `rho = +-1` exactly (equal
     # inputs), where `jnp.clip` would halve it.
@@ -119,6 +136,29 @@ def _price_derivative(nngp_fn: Callable[[Array], Array], c: Array) -> Array:
   return jax.jvp(nngp_fn, (c,), (jnp.ones_like(c),))[1]
 
 
+def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
+                                ) -> tuple[Array, Array, Array]:
+  """`D = (1 + alpha q1)(1 + alpha q2) - alpha^2 c^2`, computed as `m^2 d`.
+
+  Expanded as `1 + alpha (q1 + q2) + alpha^2 (q1 q2 - c^2)` (non-negative
+  terms, `D >= 1`), but on arguments divided by `m`, the largest power of 2
+  `<= max(1, q1, q2)`: the products of variances overflow in float32 from
+  variances of about 1e19 (inputs of about 1e10) where the bounded kernels
+  built from `D` are perfectly representable. For variances up to 1, `m = 1`
+  and this is the unscaled expansion.
+
+  Returns:
+    `(m, alpha c / m, sqrt(d))`, so that `sqrt(D) = m sqrt(d)` and
+    `atan2(alpha c, sqrt(D)) = atan2(alpha c / m, sqrt(d))`.
+  """
+  m = scaling.scale_above(jnp.maximum(q1, q2))
+  u1, u2, v, e = alpha * (q1 / m), alpha * (q2 / m), alpha * (c / m), 1 / m
+  # `u1 u2 - v^2 >= 0` up to rounding, which the floor `e^2` (`D >= 1`)
+  # absorbs.
+  d = jnp.maximum(e**2 + e * (u1 + u2) + (u1 * u2 - v**2), e**2)
+  return m, v, jnp.sqrt(d)
+
+
 # -----------------------------------------------------------------------------
 # Kernel maps.
 
@@ -139,9 +179,12 @@ def ab_relu_kernel_map(a: float, b: float) -> KernelMap:
   def kernel_map(q1, q2, c, compute_dot):
     norm, rho = correlation(q1, q2, c)
     theta, sin = arccos_angle(rho)
-    # K(-rho) = norm / (2 pi) (sin t - t rho): `pi - t` becomes `t`.
-    k_opposite = norm / (2 * np.pi) * (sin - theta * rho)
-    nngp = (a - b)**2 * k_opposite + (a**2 + b**2) * norm * rho / 2
+    # K(-rho) = norm / (2 pi) (sin t - t rho): `pi - t` becomes `t`. The norm
+    # multiplies the angular factor last: at an infinite norm (an overflowed
+    # kernel) the result is then inf, not `inf * 0 = nan` from `K(-1) = 0`.
+    angular = ((a - b)**2 * (sin - theta * rho) / (2 * np.pi) +
+               (a**2 + b**2) * rho / 2)
+    nngp = norm * angular
     dot = None
     if compute_dot:
       dot = ((a**2 + b**2) * (np.pi - theta) + 2 * a * b * theta) / (2 * np.pi)
@@ -157,7 +200,7 @@ def relu_kernel_map(q1, q2, c, compute_dot):
   """
   norm, rho = correlation(q1, q2, c)
   theta, sin = arccos_angle(rho)
-  nngp = norm / (2 * np.pi) * (sin + (np.pi - theta) * rho)
+  nngp = norm * ((sin + (np.pi - theta) * rho) / (2 * np.pi))
   dot = (np.pi - theta) / (2 * np.pi) if compute_dot else None
   return nngp, dot
 
@@ -175,13 +218,24 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
 
   (`erf` is odd, so the shift adds `c_shift^2` and nothing else.)
   """
+  alpha = 2 * b**2
+
   def kernel_map(q1, q2, c, compute_dot):
-    det = 1 + 2 * b**2 * (q1 + q2) + 4 * b**4 * (q1 * q2 - c**2)
-    # `q1 q2 - c^2 >= 0` up to rounding, which `1 + ...` absorbs.
-    root = jnp.sqrt(jnp.maximum(det, 1))
-    nngp = a**2 * 2 / np.pi * arctan2(2 * b**2 * c, root) + c_shift**2
-    dot = a**2 * 4 * b**2 / (np.pi * root) if compute_dot else None
-    return nngp, dot
+    m, v, root = scaled_gaussian_determinant(q1, q2, c, alpha)
+    nngp = a**2 * 2 / np.pi * arctan2(v, root) + c_shift**2
+    dot = a**2 * 2 * alpha / (np.pi * jnp.maximum(m * root, 1))
+    # Overflowed (infinite) variances: the limit `q -> inf` of `erf(b x)` is
+    # `sign(x)`, whose kernel is `2/pi arcsin(rho)` (with `rho` as
+    # `correlation` takes it), and `dot -> 0` as `1 / sqrt(q)`: the smallest
+    # positive normal number, so that an infinite incoming NTK stays inf
+    # (`0 * inf` would be NaN).
+    overflow = jnp.isinf(q1) | jnp.isinf(q2)
+    if b != 0:
+      _, rho = correlation(q1, q2, c)
+      limit = a**2 * (1 - 2 * arccos_angle(rho)[0] / np.pi) + c_shift**2
+      nngp = jnp.where(overflow, limit, nngp)
+      dot = jnp.where(overflow, np.finfo(dot.dtype).tiny, dot)
+    return nngp, (dot if compute_dot else None)
   return kernel_map
 
 
@@ -196,16 +250,20 @@ def gelu_kernel_map(q1, q2, c, compute_dot):
     E[gelu(u) gelu(v)]   = c A + P (q1 q2 + c^2 (1 - q1 q2) / (s1 s2))
     E[gelu'(u) gelu'(v)] = A + c P (1 / s1 + 1 / s2 + 1 / D)
   """
-  s1, s2 = 1 + q1, 1 + q2
-  det = jnp.maximum(1 + q1 + q2 + (q1 * q2 - c**2), 1)
-  root = jnp.sqrt(det)
-  cdf_kernel = 0.25 + arctan2(c, root) / (2 * np.pi)
-  pdf_kernel = 1 / (2 * np.pi * root)
-  nngp = c * cdf_kernel + pdf_kernel * (
-      q1 * q2 + c**2 * (1 - q1 * q2) / (s1 * s2))
+  # On arguments scaled by `m` (see `scaled_gaussian_determinant`), with
+  # `q1 q2 + c^2 (1 - q1 q2) / (s1 s2) = (q1 q2 D + c^2) / (s1 s2)`, so that
+  # no product of two variances is formed.
+  m, v, root_scaled = scaled_gaussian_determinant(q1, q2, c, 1.)
+  root = jnp.maximum(m * root_scaled, 1)
+  t1, t2 = (1 / m + q1 / m), (1 / m + q2 / m)  # s1 / m, s2 / m
+  cdf_kernel = 0.25 + arctan2(v, root_scaled) / (2 * np.pi)
+  pdf_terms = ((q1 / m) / t1 * ((q2 / m) / t2) * root +
+               v**2 / (t1 * t2) / root) / (2 * np.pi)
+  nngp = c * cdf_kernel + pdf_terms
   dot = None
   if compute_dot:
-    dot = cdf_kernel + c * pdf_kernel * (1 / s1 + 1 / s2 + 1 / det)
+    dot = cdf_kernel + c / (2 * np.pi * root) * (
+        1 / (1 + q1) + 1 / (1 + q2) + 1 / root**2)
   return nngp, dot
 
 
@@ -881,6 +939,11 @@ def Rbf(gamma: float = 1.0) -> Layer:
     >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
     1.0
   """
+  gamma = arguments.real_number(gamma, 'gamma', 'Pass e.g. `Rbf(gamma=1.)`.',
+                                layer_name='Rbf')
+  if isinstance(gamma, (int, float)) and not gamma > 0:
+    raise ValueError(f'`gamma` of `Rbf` must be > 0 (an inverse length '
+                     f'scale); got {gamma!r}. Pass e.g. `Rbf(gamma=1.)`.')
   a, b, c = math.sqrt(2.), math.sqrt(2. * gamma), math.pi / 4
   return elementwise(lambda x: a * jnp.sin(b * x + c), sin_kernel_map(a, b, c),
                      'Rbf')

@@ -121,6 +121,10 @@ def Dense(out_dim: int,
   """
   arguments.positive_int(out_dim, 'out_dim', 'Pass the number of output '
                          'channels, e.g. `Dense(512)`.')
+  arguments.real_number(W_std, 'W_std', 'Pass e.g. `W_std=1.5`.',
+                        layer_name='Dense')
+  arguments.real_number(b_std, 'b_std', 'Pass e.g. `b_std=0.05`, or None for '
+                        'no bias.', layer_name='Dense', allow_none=True)
   param = arguments.parse_enum(parameterization, Parameterization,
                                'parameterization')
   s = arguments.positive_int_pair(s, 's', 'Pass e.g. s=(1, 1).')

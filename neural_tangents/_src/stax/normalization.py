@@ -9,6 +9,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from neural_tangents._src.stax import elementwise
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.requirements import Diagonal
@@ -184,7 +185,13 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
         return None
       v1, v2 = kernel_lib.outer_variances(v1, v2, batch_pair,
                                           k.diagonal_spatial)
-      return x * lax.rsqrt(v1) * lax.rsqrt(v2)
+      # `x / sqrt(v1 v2)` with the product of variances formed without
+      # over- or underflow, so that the layer stays scale-invariant for
+      # any input magnitude (see `elementwise.correlation`). A covariance
+      # that overflowed has lost the ratio: NaN, not a finite guess (compute
+      # in float64 for such inputs).
+      rho = elementwise.correlation(v1, v2, x, clip=False)[1]
+      return jnp.where(jnp.isinf(x), jnp.nan, rho)
 
     return k.replace(
         nngp=normalize(k.nngp, var1, var2, True),

@@ -91,6 +91,7 @@ from neural_tangents._src.stax.protocol import Requirements
 from neural_tangents._src.stax.protocol import undeclared_kernel_op
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
@@ -244,7 +245,31 @@ def _check_input(x: Any, name: str) -> jax.Array:
     raise ValueError(
         f'`{name}` must have a batch and a channel axis; got shape {x.shape}. '
         f'Reshape it, e.g. `{name}.reshape(-1, 1)` for scalar features.')
-  return jnp.asarray(x)
+  x = jnp.asarray(x)
+  if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    raise TypeError(
+        f'`{name}` must be real; got dtype {x.dtype}. Kernels of complex '
+        f'inputs are not defined here: pass e.g. `{name}.real`, or the real '
+        f'and imaginary parts as channels, '
+        f'`jnp.concatenate([{name}.real, {name}.imag], axis=-1)`.')
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    # Bool and int inputs: the kernel of `x.astype(float)`. (A bool
+    # contraction would be a logical dot product.)
+    x = x.astype(jnp.result_type(float))
+  return x
+
+
+def _scale_examples(z: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`(z / s, s)` for per-example powers of 2 `s` near `max |z_i|`.
+
+  Products of input entries overflow (float32 inputs above about 1.8e19)
+  where the covariance itself is representable; covariances of the scaled inputs are then
+  multiplied back by `s_i s_j`. The scaling is exact, so in the normal range
+  the covariance is bitwise the same as without it.
+  """
+  amax = jnp.max(jnp.abs(z), axis=tuple(range(1, z.ndim)))
+  s = scaling.power_of_two(scaling.exponent_of(amax) - 1, z.dtype)
+  return z / s.reshape((-1,) + (1,) * (z.ndim - 1)), s
 
 
 def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
@@ -289,15 +314,24 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
   z1 = _move_to_standard_layout(x1, batch_axis, channel_axis)
   z2 = z1 if x2 is None else _move_to_standard_layout(x2, batch_axis,
                                                         channel_axis)
-  nngp = covariance(z1, z2, True, diagonal_spatial)
+  z1, s1 = _scale_examples(z1)
+  z2, s2 = (z1, s1) if x2 is None else _scale_examples(z2)
 
-  def self_cov(z):
-    if diagonal_batch:
-      return covariance(z, z, False, diagonal_spatial)
-    return covariance(z, z, True, diagonal_spatial)
+  def scaled_cov(za, sa, zb, sb, batch_pair):
+    out = covariance(za, zb, batch_pair, diagonal_spatial)
+    lead = 2 if batch_pair else 1
+    sa = sa.reshape((-1,) + (1,) * (out.ndim - 1))
+    sb = sb.reshape((1,) * (lead - 1) + (-1,) + (1,) * (out.ndim - lead))
+    # Not `sa * sb` first: that can overflow where the kernel does not.
+    return out * sa * sb
 
-  cov1 = self_cov(z1)
-  cov2 = None if x2 is None else self_cov(z2)
+  nngp = scaled_cov(z1, s1, z2, s2, True)
+
+  def self_cov(z, s):
+    return scaled_cov(z, s, z, s, not diagonal_batch)
+
+  cov1 = self_cov(z1, s1)
+  cov2 = None if x2 is None else self_cov(z2, s2)
   return Kernel(
       nngp=nngp,
       ntk=jnp.zeros_like(nngp) if compute_ntk else None,
@@ -572,6 +606,7 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
     apply_fn = _rejecting_kernels(apply_fn, layer_fn.__name__)
     kernel_op = masking.check_kernel_masking(kernel_op, layer_fn.__name__)
     kernel_fn = public_kernel_fn(kernel_op)
+    init_fn = _checked_init_fn(init_fn)
     for fn in (init_fn, apply_fn, kernel_fn):
       fn.__name__ = fn.__qualname__ = layer_fn.__name__
     return init_fn, apply_fn, kernel_fn
@@ -592,6 +627,15 @@ def _rejecting_kernels(apply_fn: Callable, name: str) -> Callable:
     return apply_fn(params, inputs, **kwargs)
 
   return checked_apply_fn
+
+
+def _checked_init_fn(init_fn: Callable) -> Callable:
+  """`init_fn` with its PRNG key and input shape checked (see `arguments`)."""
+  def checked(rng, input_shape, *args, **kwargs):
+    # `None` passes: a layer without parameters needs no key.
+    return init_fn(arguments.prng_key(rng, allow_none=True),
+                   arguments.input_shape(input_shape), *args, **kwargs)
+  return checked
 
 
 def _spatially_diagonal(k: Any) -> bool:

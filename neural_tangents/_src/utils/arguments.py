@@ -1,6 +1,7 @@
 """Checks of user arguments: each returns the canonical value or raises an
 error that names the argument, the value and the fix."""
 import enum
+import functools
 from typing import Any, Optional, Sequence, TypeVar, Union
 
 import jax
@@ -215,4 +216,152 @@ def positive_ints(value: Any, name: str, layer_name: str,
         f'`{name}` of `{layer_name}` must have one entry per {length_of} '
         f'({length}); got {value!r} of length {len(values)}. Pass {length} '
         'values, or None for all 1s.')
+  return values
+
+
+def callable_arg(value: Any, name: str, fix: str) -> Any:
+  """`value` if it is callable, else a `TypeError` naming `name` and `fix`.
+
+  Example:
+    >>> callable_arg(len, 'fn', 'Pass a function.')
+    <built-in function len>
+  """
+  if not callable(value):
+    raise TypeError(f'`{name}` must be callable; got {value!r}. {fix}')
+  return value
+
+
+def real_number(value: Any, name: str, fix: str, *, layer_name: str = '',
+                allow_none: bool = False) -> Any:
+  """`value` if it is a real number (a Python, NumPy or JAX scalar, or an
+  array of them, possibly traced), or None where `allow_none`; else a
+  `TypeError`. Strings and bools are not numbers here.
+
+  Example:
+    >>> real_number(2., 'W_std', 'Pass e.g. W_std=1.5.')
+    2.0
+  """
+  if value is None and allow_none:
+    return value
+  where = f' of `{layer_name}`' if layer_name else ''
+  if isinstance(value, (int, float, np.integer, np.floating)) and not (
+      isinstance(value, (bool, np.bool_))):
+    return value
+  dtype = getattr(value, 'dtype', None)
+  if dtype is not None and (np.issubdtype(dtype, np.integer) or
+                            np.issubdtype(dtype, np.floating)):
+    return value
+  none = ' or None' if allow_none else ''
+  raise TypeError(f'`{name}`{where} must be a real number{none}; got '
+                  f'{value!r} ({type(value).__name__}). {fix}')
+
+
+_KEY_FIX = ('Pass one key: `jax.random.PRNGKey(0)` (a raw uint32[2] key) or '
+            '`jax.random.key(0)` (a typed key).')
+
+
+def prng_key(rng: Any, name: str = 'rng', *, allow_none: bool = False
+             ) -> Any:
+  """`rng` if it is one PRNG key, raw (`uint32[2]`, from
+  `jax.random.PRNGKey`) or typed (shape `()`, from `jax.random.key`), or
+  None where `allow_none` (layers without parameters take `init_fn(None,
+  shape)`); else a `TypeError` / `ValueError` that says which keys are
+  accepted.
+
+  Example:
+    >>> import jax
+    >>> prng_key(jax.random.PRNGKey(0)).shape
+    (2,)
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  if rng is None and allow_none:
+    return rng
+  dtype = getattr(rng, 'dtype', None)
+  shape = getattr(rng, 'shape', None)
+  if dtype is None or shape is None:
+    hint = (f' To seed, pass `jax.random.PRNGKey({rng})`.'
+            if isinstance(rng, (int, np.integer)) and
+            not isinstance(rng, bool) else '')
+    raise TypeError(f'`{name}` must be a PRNG key; got {rng!r} '
+                    f'({type(rng).__name__}).{hint} {_KEY_FIX}')
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    if shape != ():
+      raise ValueError(
+          f'`{name}` must be one PRNG key; got an array of typed keys of '
+          f'shape {shape}. Pass one of them, e.g. `keys[0]`, or `jax.vmap` '
+          f'over the keys for several networks. {_KEY_FIX}')
+    return rng
+  if dtype != np.uint32:
+    raise TypeError(f'`{name}` must be a PRNG key; got an array of dtype '
+                    f'{dtype} and shape {shape}. {_KEY_FIX}')
+  raw_shape = _raw_key_shape(str(jax.config.jax_default_prng_impl))
+  if len(shape) == len(raw_shape) + 1 and shape[1:] == raw_shape:
+    raise ValueError(
+        f'`{name}` must be one PRNG key; got {shape[0]} keys (an array of '
+        f'shape {shape}). Pass one of them, e.g. `keys[0]`, or `jax.vmap` '
+        f'over the keys for several networks. {_KEY_FIX}')
+  if shape != raw_shape:
+    raise ValueError(f'`{name}` must be one PRNG key; a raw key has shape '
+                     f'{raw_shape}, got shape {shape}. {_KEY_FIX}')
+  return rng
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_key_shape(impl: str) -> tuple[int, ...]:
+  """The shape of a raw key of the default PRNG implementation `impl`."""
+  del impl  # The cache key.
+  import jax  # pylint: disable=g-import-not-at-top
+  return tuple(jax.eval_shape(lambda: jax.random.PRNGKey(0)).shape)
+
+
+def input_shape(shape: Any, name: str = 'input_shape') -> Any:
+  """`shape` if it is a shape (a tuple or list of ints, `-1` allowed for an
+  unknown size) or a tuple/list of shapes (for `parallel` layers); else a
+  `TypeError` naming the bad entry.
+
+  Example:
+    >>> input_shape((-1, 3))
+    (-1, 3)
+  """
+  def bad(why):
+    return TypeError(f'`{name}` must be a tuple of ints such as (-1, 32, 32, '
+                     f'3) (or a list of such tuples for parallel inputs); got '
+                     f'{shape!r}: {why}. Pass e.g. `x.shape`.')
+  def check(s):
+    if isinstance(s, (str, bytes)) or not isinstance(s, (tuple, list)):
+      raise bad(f'{s!r} is a {type(s).__name__}, not a tuple')
+    for d in s:
+      if isinstance(d, (tuple, list)):
+        check(d)
+      elif (isinstance(d, (bool, np.bool_)) or
+            not isinstance(d, (int, np.integer))):
+        raise bad(f'the entry {d!r} is not an int')
+  check(shape)
+  return shape
+
+
+def layers(values: Any, combinator: str) -> Any:
+  """`values` if each is a layer `(init_fn, apply_fn, kernel_fn)`; else a
+  `TypeError` naming the position, e.g. a layer constructor not called
+  (`serial(stax.Dense)` instead of `serial(stax.Dense(512))`).
+
+  Example:
+    >>> f = lambda *a: None
+    >>> len(layers([(f, f, f)], 'serial'))
+    1
+  """
+  for i, value in enumerate(values):
+    if (isinstance(value, (tuple, list)) and len(value) == 3 and
+        all(callable(f) for f in value)):
+      continue
+    name = getattr(value, '__name__', None)
+    if callable(value) and name:
+      fix = (f'`{name}` looks like a layer constructor that was not called: '
+             f'pass `{name}(...)`, e.g. `stax.{name}(512)` or '
+             f'`stax.{name}()`.')
+    else:
+      fix = ('Pass layers such as `stax.Dense(512)` or `stax.Relu()`, each a '
+             'tuple (init_fn, apply_fn, kernel_fn).')
+    raise TypeError(f'`layers[{i}]` of `{combinator}` must be a layer (init_fn, '
+                    f'apply_fn, kernel_fn); got {value!r}. {fix}')
   return values

@@ -1,0 +1,52 @@
+"""Exact rescaling by powers of 2, to keep products of kernel entries in range.
+
+Multiplying or dividing by a power of 2 is exact in binary floating point (in
+the normal range), so a formula evaluated on rescaled arguments and scaled
+back loses nothing to the rescaling, while the products inside it (of two
+variances, of two input entries) no longer over- or underflow.
+"""
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+def power_of_two(exponent: Array, dtype) -> Array:
+  """`2^exponent` in `dtype`, the exponent clipped to the normal range.
+
+  Example:
+    >>> power_of_two(jnp.array([3, 1000]), jnp.float32)
+    Array([8.0000000e+00, 1.7014118e+38], dtype=float32)
+  """
+  info = np.finfo(dtype)
+  exponent = jnp.clip(exponent, info.minexp, info.maxexp - 1)
+  return jnp.ldexp(jnp.ones(jnp.shape(exponent), dtype), exponent)
+
+
+def exponent_of(x: Array) -> Array:
+  """`e` with `|x| = f 2^e`, `0.5 <= f < 1` (0 for 0, inf and NaN); no
+  gradient flows through it.
+
+  Example:
+    >>> exponent_of(jnp.array([1., 3., 0.25]))
+    Array([ 1,  2, -1], dtype=int32)
+  """
+  return jnp.frexp(lax.stop_gradient(x))[1]
+
+
+def scale_above(x: Array) -> Array:
+  """The largest power of 2 `m <= max(x, 1)`, so `1 <= max(x, 1) / m < 2`;
+  no gradient flows through it.
+
+  `m` is capped at `2^-minexp` (`2^126` in float32), so that `1 / m` is a
+  normal number (CPUs flush subnormals to zero) and `x / m` is still below 4.
+
+  Example:
+    >>> scale_above(jnp.array([0.5, 10.]))
+    Array([1., 8.], dtype=float32)
+  """
+  x = lax.stop_gradient(jnp.maximum(x, 1))
+  exponent = jnp.minimum(exponent_of(x) - 1, -np.finfo(x.dtype).minexp)
+  return power_of_two(exponent, x.dtype)
