@@ -193,12 +193,13 @@ def _check_finite(k: Array, name: str) -> None:
     return
   if all(d.platform == 'cpu' for d in getattr(k, 'devices', set)()):
     k = np.asarray(k)  # A view: numpy checks it without compiling.
-  if isinstance(k, np.ndarray):  # Host kernels (memmaps too): no device copy.
+  if isinstance(k, np.ndarray) and k.ndim:  # Host kernels: no device copy.
     step = max(1, 2**24 // max(1, k[0].size))
     finite = all(np.isfinite(k[i:i + step]).all()
                  for i in range(0, k.shape[0], step))
   else:
-    finite = bool(jnp.all(jnp.isfinite(k)))
+    finite = bool(np.all(np.isfinite(k)) if isinstance(k, np.ndarray) else
+                  jnp.all(jnp.isfinite(k)))
   if not finite:
     raise ValueError(f'`{name}` contains NaN or inf values; the kernel must '
                      'be finite.')
