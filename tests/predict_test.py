@@ -1185,8 +1185,11 @@ class PublishedParityTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError,
                                 '`k_train_train` is a bare array.*nngp.*ntk'):
       predict_fn('ntk', k_s.ntk, k_ss.ntk)
-    with self.assertRaisesRegex(ValueError, '`k_test_test` is a bare array'):
-      predict.gp_inference(k, y_train)('ntk', k_s, k_ss.nngp)
+    with self.assertRaisesRegex(ValueError, '`k_test_train` is a bare array'):
+      predict.gp_inference(k, y_train)('ntk', k_s.ntk, k_ss)
+    # A bare `k_test_test` is the NNGP test-test kernel, as published.
+    self.assertAllClose(predict.gp_inference(k, y_train)('ntk', k_s, k_ss.nngp),
+                        predict.gp_inference(k, y_train)('ntk', k_s, k_ss))
     # Means, and the one-kernel posteriors, still take arrays.
     self.assertEqual(predict_fn('ntk', k_s.ntk).shape, (3, 2))
     self.assertEqual(predict_fn('ntkgp', k_s.ntk, k_ss.ntk).covariance.shape,

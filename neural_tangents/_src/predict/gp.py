@@ -203,8 +203,10 @@ def gp_inference(
         out[name] = on_train(posterior, compute_cov)
         continue
       if compute_cov and posterior.prior != posterior.flow:
+        # A bare `k_test_test` is the NNGP, the prior's test-test kernel (as
+        # published); the train kernels must hold both.
         _check_both_kernels(name, posterior, k_train_train=k_train_train,
-                            k_test_train=k_test_train, k_test_test=k_test_test)
+                            k_test_train=k_test_train)
       factor, alpha = flow(posterior.flow)
       k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
       test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
@@ -249,7 +251,7 @@ def _check_both_kernels(name: str, posterior: _Posterior,
           f'needs two kernels: the "{posterior.flow}" that drives training '
           f'and the "{posterior.prior}" of the outputs at initialization. '
           'Pass `nt.Kernel`s (or namedtuples) with `nngp` and `ntk` fields '
-          'as `k_train_train`, `k_test_train` and `k_test_test`, or leave '
+          'as `k_train_train` and `k_test_train`, or leave '
           'out `k_test_test` to get the mean only.')
 
 
