@@ -336,6 +336,18 @@ class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(upper._fields, ('ntk', 'nngp'))
     self.assertAllClose(upper.ntk, kernel_fn(x1, x2, 'ntk'))
 
+  def test_no_examples_give_empty_kernels(self):
+    """Issue 21 item 13: 0 examples give correctly shaped empty kernels."""
+    x1, x2 = _inputs()
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+                                         _KEY, 2)
+    empty = x1[:0]
+    same = kernel_fn(empty, None, ('nngp', 'ntk'))
+    self.assertEqual([k.shape for k in same], [(0, 0), (0, 0)])
+    mixed = kernel_fn(empty, x2, ('nngp', 'ntk'))
+    self.assertEqual([k.shape for k in mixed],
+                     [(0, x2.shape[0]), (0, x2.shape[0])])
+
 
 class ErrorsTest(test_utils.NeuralTangentsTestCase):
 
