@@ -240,10 +240,12 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     x1, _ = _inputs()
     x2 = 2 * x1[::-1]
     n = 2
-    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply,
+    # An `apply_fn` without `rng`: Monte Carlo passes no key to it.
+    linear_apply = lambda params, x: _noisy_linear_apply(params, x)
+    kernel_fn = nt.monte_carlo_kernel_fn(_linear_init, linear_apply,
                                          _KEY, n, trace_axes=trace_axes,
                                          diagonal_axes=diagonal_axes)
-    empirical_fn = nt.empirical_kernel_fn(_noisy_linear_apply, trace_axes,
+    empirical_fn = nt.empirical_kernel_fn(linear_apply, trace_axes,
                                           diagonal_axes)
     expected = jax.tree_util.tree_map(
         lambda *k: sum(k) / n, *[
@@ -254,7 +256,7 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(actual, expected)
     self.assertEqual(actual.ntk.shape, expected.ntk.shape)
     # The NNGP from its definition: f(x1)[n, c] f(x2)[n', c'].
-    outputs = [(_noisy_linear_apply(p, x1), _noisy_linear_apply(p, x2))
+    outputs = [(linear_apply(p, x1), linear_apply(p, x2))
                for p in (_linear_init(random.fold_in(_KEY, s), x1.shape)[1]
                          for s in range(n))]
     full = sum(jnp.einsum('ab,cd->abcd', f1, f2) for f1, f2 in outputs) / n

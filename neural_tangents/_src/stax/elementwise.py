@@ -601,7 +601,7 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
   variances = kernel_lib.covariance_variances(k)
   cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
   c = k.nngp
-  if k.x1_is_x2:
+  if sides_are_one(k):
     # The batch diagonal of `x1` with itself is `cov1` exactly, so that its
     # correlation is exactly 1 (angle 0): computed apart (e.g. by a jitted
     # block of `nt.batch`), it is 1 - eps, whose angle ~ sqrt(eps) puts a
