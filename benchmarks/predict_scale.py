@@ -104,11 +104,11 @@ def run_one(n, solver, fn, diag_reg, memmap_dir, bare, out_path, cov):
       if call == 'first':
         predict_fn = nt.predict.gp_inference(k, y, **kw)
       out = predict_fn('nngp', k_test, k_tt if cov else None)
-      mean = out.mean
+      mean = out.mean if cov else out  # Means only without `k_test_test`.
     else:
       if call == 'first':
         predict_fn = nt.predict.gradient_descent_mse(k, y, **kw)
-      _, mean = predict_fn(None, None, None, k_test)
+      mean = predict_fn(None, None, 0., k_test)  # Test outputs only.
     mean = np.asarray(jax.block_until_ready(mean))
     results[call] = time.perf_counter() - t0
     if call == 'first':
