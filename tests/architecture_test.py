@@ -1,0 +1,200 @@
+"""Module boundaries of `neural_tangents`, checked from the source.
+
+Two rules, stated in CONTRIBUTING.md ("Module boundaries"):
+
+1. **No module imports another module's underscore names.** A helper that
+   sibling modules share gets a public name in the module that owns it; an
+   underscore name is private to its module. Checked on `from m import _x`,
+   `import m` followed by `m._x`, and `from pkg import _m` (a private module).
+   Dunder names (`__version__`) are not private. Tests may use private names.
+2. **No import circle between the package's modules**, counting every import
+   (also those inside functions, which must not be used to dodge a circle).
+
+The checks read the source with `ast`; nothing is imported.
+"""
+import ast
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+
+_PACKAGE = 'neural_tangents'
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _is_private(name: str) -> bool:
+  return name.startswith('_') and not (name.startswith('__') and
+                                       name.endswith('__'))
+
+
+def package_modules(root: pathlib.Path = _ROOT) -> dict[str, pathlib.Path]:
+  """Maps each module's dotted name to its file."""
+  modules = {}
+  for path in sorted((root / _PACKAGE).rglob('*.py')):
+    parts = list(path.relative_to(root).with_suffix('').parts)
+    if parts[-1] == '__init__':
+      parts = parts[:-1]
+    modules['.'.join(parts)] = path
+  return modules
+
+
+def _resolve(module: str, path: pathlib.Path, node: ast.ImportFrom) -> str:
+  """The absolute module name of a (possibly relative) `from` import."""
+  if not node.level:
+    return node.module or ''
+  package = module.split('.')
+  if path.name != '__init__.py':
+    package = package[:-1]
+  if node.level > 1:
+    package = package[:len(package) - node.level + 1]
+  return '.'.join(package + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: pathlib.Path, modules: dict[str, pathlib.Path]):
+  """Yields `(imported module, name or None, line)` for each import."""
+  tree = ast.parse(path.read_text(), str(path))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.name.startswith(_PACKAGE):
+          yield alias.name, None, node.lineno
+    elif isinstance(node, ast.ImportFrom):
+      source = _resolve(module, path, node)
+      if not source.startswith(_PACKAGE):
+        continue
+      for alias in node.names:
+        submodule = f'{source}.{alias.name}'
+        if submodule in modules:
+          yield submodule, None, node.lineno
+        else:
+          yield source, alias.name, node.lineno
+
+
+def private_imports(root: pathlib.Path = _ROOT) -> list[str]:
+  """Every use of another module's underscore name, as `file:line: what`."""
+  modules = package_modules(root)
+  found = []
+  for module, path in modules.items():
+    rel = path.relative_to(root)
+    # Names bound to package modules in this file (`import a.b as c`,
+    # `from a import b`), to catch `c._x` attribute access.
+    aliases = {}
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.name.startswith(_PACKAGE) and alias.asname:
+            aliases[alias.asname] = alias.name
+      elif isinstance(node, ast.ImportFrom):
+        source = _resolve(module, path, node)
+        for alias in node.names:
+          if f'{source}.{alias.name}' in modules:
+            aliases[alias.asname or alias.name] = f'{source}.{alias.name}'
+    for source, name, line in _imports(module, path, modules):
+      last = source.rsplit('.', 1)[-1]
+      if source != module and name is None and _is_private(last):
+        found.append(f'{rel}:{line}: imports private module {source}')
+      if name is not None and _is_private(name) and source != module:
+        found.append(f'{rel}:{line}: imports {source}.{name}')
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and _is_private(node.attr) and
+          isinstance(node.value, ast.Name) and node.value.id in aliases and
+          aliases[node.value.id] != module):
+        found.append(f'{rel}:{node.lineno}: uses '
+                     f'{aliases[node.value.id]}.{node.attr}')
+  return sorted(set(found))
+
+
+def import_graph(root: pathlib.Path = _ROOT) -> dict[str, set[str]]:
+  """Module -> the package modules it imports (a package import counts as an
+  import of its `__init__`)."""
+  modules = package_modules(root)
+  graph = {m: set() for m in modules}
+  for module, path in modules.items():
+    for source, _, _ in _imports(module, path, modules):
+      while source and source not in modules:
+        source = source.rsplit('.', 1)[0] if '.' in source else ''
+      if source and source != module:
+        graph[module].add(source)
+  return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components with more than one module (Tarjan),
+  ignoring the edges from a package's `__init__` to its own submodules and
+  from a submodule to the packages above it (the package re-exports)."""
+  def counted(a, b):
+    return not (b.startswith(a + '.') or a.startswith(b + '.'))
+  index, low, stack, on_stack, circles = {}, {}, [], set(), []
+  counter = [0]
+
+  def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph[v]):
+      if not counted(v, w):
+        continue
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        circles.append(sorted(component))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return circles
+
+
+class ArchitectureTest(absltest.TestCase):
+
+  def test_the_scan_sees_the_package(self):
+    modules = package_modules()
+    self.assertIn('neural_tangents._src.stax.requirements', modules)
+    self.assertGreater(len(modules), 40)
+
+  def test_the_checks_catch_what_they_should(self):
+    tmp_dir = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp_dir.cleanup)
+    tmp = pathlib.Path(tmp_dir.name)
+    pkg = tmp / _PACKAGE
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('')
+    (pkg / 'a.py').write_text('from neural_tangents import b\n'
+                              'def f():\n  return b._g()\n')
+    (pkg / 'b.py').write_text('from . import c\n')
+    (pkg / 'c.py').write_text('def f():\n'
+                              '  from neural_tangents.a import _h\n')
+    found = private_imports(tmp)
+    self.assertEqual(len(found), 2, found)
+    self.assertIn('uses neural_tangents.b._g', found[0])
+    self.assertIn('imports neural_tangents.a._h', found[1])
+    self.assertEqual(import_circles(import_graph(tmp)),
+                     [['neural_tangents.a', 'neural_tangents.b',
+                       'neural_tangents.c']])
+
+  def test_no_module_imports_another_modules_private_names(self):
+    found = private_imports()
+    self.assertEmpty(found, 'Give these helpers a public name in the module '
+                     'that owns them:\n' + '\n'.join(found))
+
+  def test_no_import_circles(self):
+    circles = import_circles(import_graph())
+    self.assertEmpty(circles, 'Import circles between modules:\n' +
+                     '\n'.join(' <-> '.join(c) for c in circles))
+
+
+if __name__ == '__main__':
+  absltest.main()
