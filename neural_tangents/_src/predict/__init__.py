@@ -5,8 +5,9 @@ Modules: `layout` (kernel and output layout, kernel checks), `posterior`
 gradient solves of the train kernel, `KernelRows`, `SolveInfo`), `flow`
 (relaxation of the gradient flow and posterior covariances), `mse`
 (`gradient_descent_mse`, `max_learning_rate`), `ensemble` (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and
-`ode_descent` (`gradient_descent` on any loss, `ODEState`); every name is
-re-exported here.
+`ode_descent` (`gradient_descent` on any loss, `ODEState`). The public names
+are re-exported here; the helpers that modules share have public names in the
+module that owns them (see `docs/dev/predict.md`).
 
 A network linearized around its initial parameters `theta_0`,
 `f_lin(x) = f_0(x) + J(x) (theta - theta_0)`, trained by gradient descent
@@ -62,57 +63,14 @@ Conventions (the published Neural Tangents ones):
     Descent." NeurIPS 2019.
 """
 # pylint: disable=unused-import
-from neural_tangents._src.predict.layout import _as_array_kernel
-from neural_tangents._src.predict.layout import _check_finite
-from neural_tangents._src.predict.layout import _check_fx
-from neural_tangents._src.predict.layout import _check_kernel
-from neural_tangents._src.predict.layout import _checked_train_kernel
-from neural_tangents._src.predict.layout import _expected_kernel_shape
-from neural_tangents._src.predict.layout import _is_kernel_like
-from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _Layout
-from neural_tangents._src.predict.layout import _layout
-from neural_tangents._src.predict.layout import _matrix_to_covariance
-from neural_tangents._src.predict.layout import _matrix_to_outputs
-from neural_tangents._src.predict.layout import _outputs_to_matrix
-from neural_tangents._src.predict.layout import _test_row_shape
-from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.ensemble import gradient_descent_mse_ensemble
+from neural_tangents._src.predict.gp import gp_inference
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
-from neural_tangents._src.predict.posterior import _by_get
-from neural_tangents._src.predict.posterior import _cached
-from neural_tangents._src.predict.posterior import _GETS
-from neural_tangents._src.predict.posterior import _is_concrete
-from neural_tangents._src.predict.posterior import _kernels_needed
-from neural_tangents._src.predict.posterior import _namedtuple
-from neural_tangents._src.predict.posterior import _parse_get
-from neural_tangents._src.predict.posterior import _Posterior
-from neural_tangents._src.predict.posterior import _POSTERIORS
-from neural_tangents._src.predict.posterior import Gaussian
-from neural_tangents._src.predict.flow import _Eigen
-from neural_tangents._src.predict.flow import _eigh_psd
-from neural_tangents._src.predict.flow import _flow_times
-from neural_tangents._src.predict.flow import _integrated_relaxation
-from neural_tangents._src.predict.flow import _lead
-from neural_tangents._src.predict.flow import _NOISE_FLOOR
-from neural_tangents._src.predict.flow import _posterior_covariance
-from neural_tangents._src.predict.flow import _regularize
-from neural_tangents._src.predict.flow import _relaxation
-from neural_tangents._src.predict.flow import _scaled_product
-from neural_tangents._src.predict.solve import KernelRows
-from neural_tangents._src.predict.solve import SolveInfo
 from neural_tangents._src.predict.mse import gradient_descent_mse
 from neural_tangents._src.predict.mse import max_learning_rate
-from neural_tangents._src.predict.ensemble import _comparable
-from neural_tangents._src.predict.ensemble import _is_pair
-from neural_tangents._src.predict.ensemble import _kernel_fn_matrices
-from neural_tangents._src.predict.ensemble import _test_test_kwargs
-from neural_tangents._src.predict.ensemble import _test_train_kwargs
-from neural_tangents._src.predict.ensemble import _value_for_x1
-from neural_tangents._src.predict.ensemble import _values_match
-from neural_tangents._src.predict.ensemble import gradient_descent_mse_ensemble
-from neural_tangents._src.predict.gp import _kernel_of
-from neural_tangents._src.predict.gp import gp_inference
-from neural_tangents._src.predict.ode_descent import _initial_velocity
 from neural_tangents._src.predict.ode_descent import gradient_descent
 from neural_tangents._src.predict.ode_descent import ODEState
+from neural_tangents._src.predict.posterior import Gaussian
+from neural_tangents._src.predict.solve import KernelRows
+from neural_tangents._src.predict.solve import SolveInfo

@@ -8,30 +8,29 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
-from neural_tangents._src.predict.flow import _Eigen
-from neural_tangents._src.predict.flow import _flow_times
-from neural_tangents._src.predict.flow import _integrated_relaxation
-from neural_tangents._src.predict.flow import _posterior_covariance
-from neural_tangents._src.predict.flow import _scaled_product
+from neural_tangents._src.predict.flow import finite_time_covariance
+from neural_tangents._src.predict.flow import flow_times
 from neural_tangents._src.predict.flow import infinite_time_covariance
-from neural_tangents._src.predict.layout import _check_finite
-from neural_tangents._src.predict.layout import _check_kernel
-from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _layout
-from neural_tangents._src.predict.layout import _matrix_to_covariance
-from neural_tangents._src.predict.layout import _matrix_to_outputs
-from neural_tangents._src.predict.layout import _outputs_to_matrix
-from neural_tangents._src.predict.layout import _test_row_shape
-from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.flow import integrated_relaxation
+from neural_tangents._src.predict.flow import scaled_product
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
-from neural_tangents._src.predict.posterior import _by_get
-from neural_tangents._src.predict.posterior import _cached
-from neural_tangents._src.predict.posterior import _kernels_needed
-from neural_tangents._src.predict.posterior import _parse_get
-from neural_tangents._src.predict.posterior import _Posterior
-from neural_tangents._src.predict.posterior import _POSTERIORS
+from neural_tangents._src.predict.layout import check_finite
+from neural_tangents._src.predict.layout import check_kernel
+from neural_tangents._src.predict.layout import kernel_to_matrix
+from neural_tangents._src.predict.layout import matrix_row_shape
+from neural_tangents._src.predict.layout import matrix_to_covariance
+from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import output_layout
+from neural_tangents._src.predict.layout import outputs_to_matrix
+from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.posterior import cached
 from neural_tangents._src.predict.posterior import Gaussian
+from neural_tangents._src.predict.posterior import kernels_needed
+from neural_tangents._src.predict.posterior import parse_posterior_get
+from neural_tangents._src.predict.posterior import Posterior
+from neural_tangents._src.predict.posterior import POSTERIORS
+from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -69,7 +68,7 @@ def _value_for_x1(value: Any) -> Any:
 
 def _comparable(leaf: Any) -> Any:
   if hasattr(leaf, 'dtype') and jnp.issubdtype(leaf.dtype,
-                                                 jax.dtypes.prng_key):
+                                               jax.dtypes.prng_key):
     leaf = jax.random.key_data(leaf)
   return np.asarray(leaf)
 
@@ -261,7 +260,7 @@ def gradient_descent_mse_ensemble(
       Tangent Kernel." NeurIPS 2020.
   """
   y_train = jnp.asarray(y_train)
-  layout = _layout(y_train, trace_axes)
+  layout = output_layout(y_train, trace_axes)
   n_pairs = len(layout.untraced)
   cache: dict[Any, Any] = {}
 
@@ -273,26 +272,27 @@ def gradient_descent_mse_ensemble(
       computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
                                      kernel_fn_train_train_kwargs)
       for kernel, k in computed.items():
-        _check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
-                      layout, trace_axes, square=True)
-        _check_finite(k, f'kernel_fn(x_train, None, "{kernel}")')
+        check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
+                     layout, trace_axes, square=True)
+        check_finite(k, f'kernel_fn(x_train, None, "{kernel}")')
         k = k.astype(jnp.result_type(k.dtype, float))
-        fresh[kernel] = _cached(cache, ('k', kernel),
-                                lambda k=k: _kernel_to_matrix(k, n_pairs))
+        fresh[kernel] = cached(cache, ('k', kernel),
+                               lambda k=k: kernel_to_matrix(k, n_pairs))
     return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
 
   solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
   solve.check_diag_reg(diag_reg)
 
-  def flow(kernel: str, k: Array, regularized: bool) -> tuple[_Eigen, Array]:
+  def flow(kernel: str, k: Array,
+           regularized: bool) -> tuple[solve.Eigen, Array]:
     """Eigendecomposition of the (regularized) kernel, and `V^T y`."""
     def compute():
       eig = solve.factorize(k, diag_reg if regularized else 0.,
                             diag_reg_absolute_scale, 'eigh',
                             name=f'kernel_fn(x_train, None, "{kernel}")').eig
-      y = _outputs_to_matrix(y_train.astype(k.dtype), layout)
+      y = outputs_to_matrix(y_train.astype(k.dtype), layout)
       return eig, eig.evecs.T @ y
-    return _cached(cache, ('flow', kernel, regularized), compute)
+    return cached(cache, ('flow', kernel, regularized), compute)
 
   def infinite_time_solver(kernel: str, k: Array
                            ) -> tuple[solve.Solver, Array]:
@@ -303,16 +303,16 @@ def gradient_descent_mse_ensemble(
           maxiter=maxiter, preconditioner_rank=preconditioner_rank,
           name=f'kernel_fn(x_train, None, "{kernel}")')
       with jax.ensure_compile_time_eval():
-        alpha = factor.solve(_outputs_to_matrix(y_train.astype(k.dtype),
-                                                layout))
+        alpha = factor.solve(outputs_to_matrix(y_train.astype(k.dtype),
+                                               layout))
       return factor, alpha
-    return _cached(cache, ('solver', kernel), compute)
+    return cached(cache, ('solver', kernel), compute)
 
-  def prior_in_eigenbasis(posterior: _Posterior, eig: _Eigen,
+  def prior_in_eigenbasis(posterior: Posterior, eig: solve.Eigen,
                           k_prior: Array, regularized: bool) -> Array:
     """`V^T P V` for the flow eigenvectors `V` and the unregularized prior."""
-    return _cached(cache, ('middle', posterior, regularized),
-                   lambda: eig.evecs.T @ k_prior @ eig.evecs)
+    return cached(cache, ('middle', posterior, regularized),
+                  lambda: eig.evecs.T @ k_prior @ eig.evecs)
 
   def interpolation(t_shape: tuple[int, ...], dtype: Any,
                     compute_cov: bool) -> Any:
@@ -320,10 +320,10 @@ def gradient_descent_mse_ensemble(
     mean = jnp.broadcast_to(y_train.astype(dtype), t_shape + y_train.shape)
     if not compute_cov:
       return mean
-    row_shape = _test_row_shape(y_train.shape, layout)
+    row_shape = matrix_row_shape(y_train.shape, layout)
     rows = math.prod(row_shape)
-    cov = _matrix_to_covariance(jnp.zeros(t_shape + (rows, rows), dtype),
-                                row_shape)
+    cov = matrix_to_covariance(jnp.zeros(t_shape + (rows, rows), dtype),
+                               row_shape)
     return Gaussian(mean, cov)
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
@@ -331,16 +331,16 @@ def gradient_descent_mse_ensemble(
                  get: Get = None,
                  compute_cov: bool = False,
                  **kernel_fn_test_test_kwargs) -> Any:
-    names, single = _parse_get(get)
+    names, single = parse_posterior_get(get)
     on_train = x_test is None
     # On the training set at infinite time the outputs interpolate: only the
     # flow kernels are computed (to check them), no prior.
-    needed = _kernels_needed(names, compute_cov and not (on_train and
-                                                         t is None))
+    needed = kernels_needed(names, compute_cov and not (on_train and
+                                                        t is None))
     k_train = train_kernels(needed)
     dtype = jnp.result_type(*k_train.values())
     priors = tuple(k for k in needed if compute_cov and any(
-        _POSTERIORS[name].prior == k for name in names))
+        POSTERIORS[name].prior == k for name in names))
 
     if on_train:
       k_test_train, test_shape = k_train, y_train.shape
@@ -352,24 +352,24 @@ def gradient_descent_mse_ensemble(
                              kernel_fn_test_test_kwargs))
       k_test_train = {}
       for kernel, k in kernels.items():
-        _check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', y_train,
-                      layout, trace_axes, square=False)
-        test_shape = _test_shape(k, y_train, layout)
-        k_test_train[kernel] = _kernel_to_matrix(k.astype(dtype), n_pairs)
+        check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', y_train,
+                     layout, trace_axes, square=False)
+        test_shape = shape_of_test_outputs(k, y_train, layout)
+        k_test_train[kernel] = kernel_to_matrix(k.astype(dtype), n_pairs)
       k_test_test = {}
       if priors:
         kernels = _kernel_fn_matrices(
             kernel_fn, x_test, None, priors,
             _test_test_kwargs(kernel_fn_train_train_kwargs,
                               kernel_fn_test_test_kwargs))
-        k_test_test = {kernel: _kernel_to_matrix(k.astype(dtype), n_pairs)
+        k_test_test = {kernel: kernel_to_matrix(k.astype(dtype), n_pairs)
                        for kernel, k in kernels.items()}
 
-    tau, t_shape = _flow_times(t, learning_rate / y_train.size, dtype)
-    row_shape = _test_row_shape(test_shape, layout)
+    tau, t_shape = flow_times(t, learning_rate / y_train.size, dtype)
+    row_shape = matrix_row_shape(test_shape, layout)
     out = {}
     for name in names:
-      posterior = _POSTERIORS[name]
+      posterior = POSTERIORS[name]
       if on_train and t is None:
         out[name] = interpolation(t_shape, dtype, compute_cov)
         continue
@@ -377,8 +377,8 @@ def gradient_descent_mse_ensemble(
         factor, alpha = infinite_time_solver(posterior.flow,
                                              k_train[posterior.flow])
         k_test = k_test_train[posterior.flow]
-        mean = _matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
-                                  test_shape, layout)
+        mean = matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
+                                 test_shape, layout)
         if not compute_cov:
           out[name] = mean
           continue
@@ -387,16 +387,16 @@ def gradient_descent_mse_ensemble(
             k_test_test[posterior.prior],
             None if posterior.prior == posterior.flow else
             k_train[posterior.prior])
-        out[name] = Gaussian(mean, _matrix_to_covariance(cov, row_shape))
+        out[name] = Gaussian(mean, matrix_to_covariance(cov, row_shape))
         continue
       # Predictions on the training set are not regularized.
       eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
                           regularized=not on_train)
-      scales = _integrated_relaxation(eig, tau)
+      scales = integrated_relaxation(eig, tau)
       b = k_test_train[posterior.flow] @ eig.evecs
-      mean = _scaled_product(b, scales, y_eigen)
-      mean = _matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
-                                test_shape, layout)
+      mean = scaled_product(b, scales, y_eigen)
+      mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
+                               test_shape, layout)
       if not compute_cov:
         out[name] = mean
         continue
@@ -404,11 +404,12 @@ def gradient_descent_mse_ensemble(
                 prior_in_eigenbasis(posterior, eig, k_train[posterior.prior],
                                     regularized=not on_train))
       d = eig.evecs.T @ k_test_train[posterior.prior].T
-      cov = _posterior_covariance(b, scales, k_test_test[posterior.prior], d,
-                                  middle, eig.evals)
-      cov = _matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
-                                  row_shape)
+      cov = finite_time_covariance(b, scales, k_test_test[posterior.prior], d,
+                                   middle, eig.evals)
+      cov = matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
+                                 row_shape)
       out[name] = Gaussian(mean, cov)
-    return _by_get(out, names, single, 'Gaussians' if compute_cov else 'Means')
+    return results_by_get(out, names, single,
+                          'Gaussians' if compute_cov else 'Means')
 
   return predict_fn

@@ -1,36 +1,20 @@
-"""Linear algebra of the gradient flow `df/ds = -Theta (f - y) / n`: the
-eigendecomposition of a PSD train-train kernel, relaxation factors per time,
-and posterior covariances."""
-from typing import Any, NamedTuple, Optional
+"""Linear algebra of the gradient flow `df/ds = -Theta (f - y) / n`: flow
+times, relaxation factors per time in the eigenbasis of the train-train kernel
+(whose eigendecomposition, `solve.Eigen`, lives in `solve`), and posterior
+covariances at finite and infinite time."""
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
-from neural_tangents._src.predict import solve
 
 
-def _regularize(k: Array, diag_reg: float,
-                diag_reg_absolute_scale: bool) -> Array:
-  """`k + diag_reg * mean(diag(k)) * I`, or `k + diag_reg * I` if absolute."""
-  scale = 1. if diag_reg_absolute_scale else jnp.trace(k) / k.shape[0]
-  return k + diag_reg * scale * jnp.eye(k.shape[0], dtype=k.dtype)
-
-
-# The eigendecomposition lives with the other solvers in `solve`.
-_Eigen = solve.Eigen
-_NOISE_FLOOR = solve.NOISE_FLOOR
-
-
-def _eigh_psd(k: Array) -> _Eigen:
-  """Eigendecomposition of a symmetric PSD `k` (round-off negatives -> 0)."""
-  return solve.eigh_psd(k)
-
-
-def _flow_times(t: Optional[ArrayOrScalar], rate: float,
-                dtype: Any) -> tuple[Optional[Array], tuple[int, ...]]:
+def flow_times(t: Optional[ArrayOrScalar], rate: float,
+               dtype: Any) -> tuple[Optional[Array], tuple[int, ...]]:
   """Flattened flow times `rate * t` and the shape of `t`; `None`: infinity."""
   if t is None:
     return None, ()
@@ -38,12 +22,12 @@ def _flow_times(t: Optional[ArrayOrScalar], rate: float,
   return t.reshape(-1) * rate, t.shape
 
 
-def _lead(x: Array, t_shape: tuple[int, ...]) -> Array:
+def with_time_axes(x: Array, t_shape: tuple[int, ...]) -> Array:
   """`x` with `len(t_shape)` leading unit axes, to add to per-time outputs."""
   return x.reshape((1,) * len(t_shape) + x.shape)
 
 
-def _relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
+def relaxation(eig: solve.Eigen, tau: Optional[Array]) -> Array:
   """`1 - exp(-lambda tau)`, shape `(n_times, n_evals)`; 1 at infinite time."""
   if tau is None:
     return eig.positive.astype(eig.evals.dtype)[None]
@@ -51,24 +35,24 @@ def _relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
                    -jnp.expm1(-eig.evals[None] * tau[:, None]), 0.)
 
 
-def _integrated_relaxation(eig: _Eigen, tau: Optional[Array]) -> Array:
+def integrated_relaxation(eig: solve.Eigen, tau: Optional[Array]) -> Array:
   """`(1 - exp(-lambda tau)) / lambda`: `1 / lambda` at infinite time.
 
   Zero on masked eigenvalues: for a PSD kernel of train and test points
   together, the test-train kernel vanishes on the null space of the train-train
   kernel, so these directions carry nothing to the test set.
   """
-  return _relaxation(eig, tau) / eig.evals[None]
+  return relaxation(eig, tau) / eig.evals[None]
 
 
-def _scaled_product(left: Array, scales: Array, right: Array) -> Array:
+def scaled_product(left: Array, scales: Array, right: Array) -> Array:
   """`left @ diag(scales[i]) @ right` for each row `i` of `scales`."""
   return jnp.einsum('ij,tj,jk->tik', left, scales, right)
 
 
-def _posterior_covariance(b: Array, scales: Array, k_test_test: Array,
-                          d: Array, middle: Optional[Array],
-                          evals: Array) -> Array:
+def finite_time_covariance(b: Array, scales: Array, k_test_test: Array,
+                           d: Array, middle: Optional[Array],
+                           evals: Array) -> Array:
   """Covariance of `f_0(x) - A f_0(X)` with `A = B diag(scales) V^T`.
 
   With `K` the NNGP, `f_0` has covariance `K`, so the covariance is
@@ -87,7 +71,7 @@ def _posterior_covariance(b: Array, scales: Array, k_test_test: Array,
   Returns:
     `(T, M*, M*)` covariances.
   """
-  cross = _scaled_product(b, scales, d)
+  cross = scaled_product(b, scales, d)
   b_scaled = b[None] * scales[:, None, :]
   if middle is None:
     b_scaled = b_scaled * jnp.sqrt(evals)[None, None]

@@ -9,23 +9,23 @@ import numpy as np
 
 from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.flow import infinite_time_covariance
-from neural_tangents._src.predict.layout import _check_finite
-from neural_tangents._src.predict.layout import _check_kernel
-from neural_tangents._src.predict.layout import _is_kernel_like
-from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _layout
-from neural_tangents._src.predict.layout import _matrix_to_covariance
-from neural_tangents._src.predict.layout import _matrix_to_outputs
-from neural_tangents._src.predict.layout import _outputs_to_matrix
-from neural_tangents._src.predict.layout import _test_row_shape
-from neural_tangents._src.predict.layout import _test_shape
 from neural_tangents._src.predict.layout import Array
-from neural_tangents._src.predict.posterior import _by_get
-from neural_tangents._src.predict.posterior import _cached
-from neural_tangents._src.predict.posterior import _parse_get
-from neural_tangents._src.predict.posterior import _Posterior
-from neural_tangents._src.predict.posterior import _POSTERIORS
+from neural_tangents._src.predict.layout import check_finite
+from neural_tangents._src.predict.layout import check_kernel
+from neural_tangents._src.predict.layout import is_kernel_like
+from neural_tangents._src.predict.layout import kernel_to_matrix
+from neural_tangents._src.predict.layout import matrix_row_shape
+from neural_tangents._src.predict.layout import matrix_to_covariance
+from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import output_layout
+from neural_tangents._src.predict.layout import outputs_to_matrix
+from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.posterior import cached
 from neural_tangents._src.predict.posterior import Gaussian
+from neural_tangents._src.predict.posterior import parse_posterior_get
+from neural_tangents._src.predict.posterior import Posterior
+from neural_tangents._src.predict.posterior import POSTERIORS
+from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -129,12 +129,12 @@ def gp_inference(
     ((2, 1), (2, 2))
   """
   y_train = jnp.asarray(y_train)
-  layout = _layout(y_train, trace_axes)
+  layout = output_layout(y_train, trace_axes)
   n_pairs = len(layout.untraced)
   cache: dict[Any, Any] = {}
 
   def matrix(k: Any, kernel: str, arg: str, square: bool) -> Array:
-    if _is_kernel_like(k):
+    if is_kernel_like(k):
       k = getattr(k, kernel, None)
       if k is None:
         raise ValueError(
@@ -145,15 +145,15 @@ def gp_inference(
             n_pairs == 0):
       # Host and row-block train kernels stay where they are (no copy).
       k = jnp.asarray(k)
-    _check_kernel(k, arg, y_train, layout, trace_axes, square=square)
+    check_kernel(k, arg, y_train, layout, trace_axes, square=square)
     if not isinstance(k, jax.Array):
       return k
-    return _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
-                             n_pairs)
+    return kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
+                            n_pairs)
 
   def train(kernel: str) -> Array:
-    return _cached(cache, ('k', kernel),
-                   lambda: matrix(k_train_train, kernel, 'k_train_train', True))
+    return cached(cache, ('k', kernel),
+                  lambda: matrix(k_train_train, kernel, 'k_train_train', True))
 
   solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
   solve.check_diag_reg(diag_reg)
@@ -164,41 +164,41 @@ def gp_inference(
     def compute():
       k = train(kernel)
       if not isinstance(k, solve.KernelRows):
-        _check_finite(solve.host_view(k), 'k_train_train')
+        check_finite(solve.host_view(k), 'k_train_train')
       factor = solve.factorize(
           k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
           maxiter=maxiter, preconditioner_rank=preconditioner_rank)
       dtype = solve.compute_dtype(k.dtype)
       with jax.ensure_compile_time_eval():  # Cached even when under `jit`.
-        alpha = factor.solve(_outputs_to_matrix(y_train.astype(dtype),
-                                                layout))
+        alpha = factor.solve(outputs_to_matrix(y_train.astype(dtype),
+                                               layout))
       solve_info[kernel] = factor.info
       return factor, alpha
-    return _cached(cache, ('flow', kernel), compute)
+    return cached(cache, ('flow', kernel), compute)
 
-  def on_train(posterior: _Posterior, compute_cov: bool) -> Any:
+  def on_train(posterior: Posterior, compute_cov: bool) -> Any:
     """Predictions on the training points: not regularized, so at infinite
     time they interpolate, `y_train` with zero covariance."""
     k = train(posterior.flow)  # Checks the kernel against `y_train`.
     mean = y_train.astype(jnp.result_type(k.dtype, y_train.dtype))
     if not compute_cov:
       return mean
-    row_shape = _test_row_shape(y_train.shape, layout)
+    row_shape = matrix_row_shape(y_train.shape, layout)
     rows = math.prod(row_shape)
-    cov = _matrix_to_covariance(jnp.zeros((rows, rows), mean.dtype),
-                                row_shape)
+    cov = matrix_to_covariance(jnp.zeros((rows, rows), mean.dtype),
+                               row_shape)
     return Gaussian(mean, cov)
 
   def predict_fn(get: Get = None,
                  k_test_train: Any = None,
                  k_test_test: Any = None) -> Any:
-    names, single = _parse_get(get)
-    if get is None and not _is_kernel_like(k_train_train):
+    names, single = parse_posterior_get(get)
+    if get is None and not is_kernel_like(k_train_train):
       names, single = ('nngp',), True
     compute_cov = k_test_test is not None
     out = {}
     for name in names:
-      posterior = _POSTERIORS[name]
+      posterior = POSTERIORS[name]
       if k_test_train is None:
         out[name] = on_train(posterior, compute_cov)
         continue
@@ -209,16 +209,16 @@ def gp_inference(
                             k_test_train=k_test_train)
       factor, alpha = flow(posterior.flow)
       k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
-      test_shape = _test_shape(_kernel_of(k_test_train, posterior.flow),
-                               y_train, layout)
-      mean = _matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
+      test_shape = shape_of_test_outputs(
+          _kernel_of(k_test_train, posterior.flow), y_train, layout)
+      mean = matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
       if not compute_cov:
         out[name] = mean
         continue
       k_prior_test = matrix(k_test_train, posterior.prior, 'k_test_train',
                             False)
       k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
-      row_shape = _test_row_shape(test_shape, layout)
+      row_shape = matrix_row_shape(test_shape, layout)
       expected = tuple(size for size in row_shape for _ in range(2))
       if k_tt_array.shape != expected:
         raise ValueError(
@@ -226,7 +226,7 @@ def gp_inference(
             f'outputs have shape {test_shape}, which need a test-test '
             f'kernel of shape {expected}: pass the test-test kernel of the '
             'same test points as `k_test_train`.')
-      k_tt = _kernel_to_matrix(k_tt_array, n_pairs)
+      k_tt = kernel_to_matrix(k_tt_array, n_pairs)
       prior_train = (None if posterior.prior == posterior.flow else
                      train(posterior.prior))
       dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
@@ -234,18 +234,18 @@ def gp_inference(
           factor, jnp.asarray(k_test, dtype),
           jnp.asarray(k_prior_test, dtype), k_tt.astype(dtype), prior_train)
       solve_info[posterior.flow] = factor.info
-      out[name] = Gaussian(mean, _matrix_to_covariance(cov, row_shape))
-    return _by_get(out, names, single, 'Gaussians')
+      out[name] = Gaussian(mean, matrix_to_covariance(cov, row_shape))
+    return results_by_get(out, names, single, 'Gaussians')
 
   predict_fn.solve_info = solve_info
   return predict_fn
 
 
-def _check_both_kernels(name: str, posterior: _Posterior,
+def _check_both_kernels(name: str, posterior: Posterior,
                         **kernels: Any) -> None:
   """Raises `ValueError` if a kernel that must hold two kernels is an array."""
   for arg, k in kernels.items():
-    if not _is_kernel_like(k):
+    if not is_kernel_like(k):
       raise ValueError(
           f'`{arg}` is a bare array, but the covariance of `get={name!r}` '
           f'needs two kernels: the "{posterior.flow}" that drives training '
@@ -267,7 +267,7 @@ def _matmul(k: Any, v: Array) -> Array:
 
 
 def _kernel_of(k: Any, name: str) -> Any:
-  if _is_kernel_like(k):
+  if is_kernel_like(k):
     value = getattr(k, name, None)
     if value is None:
       raise ValueError(f'The kernel has no "{name}" field; pass a kernel '

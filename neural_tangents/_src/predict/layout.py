@@ -14,7 +14,7 @@ Array = jax.Array
 ArrayOrScalar = Union[Array, float, np.ndarray]
 
 
-class _Layout(NamedTuple):
+class OutputLayout(NamedTuple):
   """Which axes of `y_train` are kept in the kernel, and which traced.
 
   Attributes:
@@ -32,7 +32,7 @@ class _Layout(NamedTuple):
     return ((0,) if 0 not in self.traced else ()) + self.untraced
 
 
-def _layout(y_train: Array, trace_axes: Axes) -> _Layout:
+def output_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
   """Splits the axes of `y_train` into untraced and traced ones."""
   ndim = y_train.ndim
   if ndim < 1:
@@ -51,10 +51,10 @@ def _layout(y_train: Array, trace_axes: Axes) -> _Layout:
                        f'[{-ndim}, {ndim}).')
   traced = tuple(sorted({int(axis) % ndim for axis in axes}))
   untraced = tuple(i for i in range(1, ndim) if i not in traced)
-  return _Layout(untraced, traced)
+  return OutputLayout(untraced, traced)
 
 
-def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
+def kernel_to_matrix(k: Array, n_pairs: int) -> Array:
   """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`.
 
   Args:
@@ -76,7 +76,7 @@ def _kernel_to_matrix(k: Array, n_pairs: int) -> Array:
   return k.reshape(n_rows, math.prod(k.shape[len(rows):]))
 
 
-def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
+def matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
   """`(..., R, R)`, `R = prod(row_shape)` -> `(..., n, n, a_1, a_1, ...)`."""
   lead = m.shape[:-2]
   if len(row_shape) == 1:  # Already in the kernel layout.
@@ -88,7 +88,7 @@ def _matrix_to_covariance(m: Array, row_shape: tuple[int, ...]) -> Array:
   return jnp.transpose(m, tuple(range(n_lead)) + pairs)
 
 
-def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
+def outputs_to_matrix(fx: Array, layout: OutputLayout) -> Array:
   """`(N, O_1, ..., O_d)` -> `(kept sizes, traced sizes)`."""
   kept = layout.kept
   if fx.ndim == 2 and kept == (0,) and layout.traced == (1,):  # A matrix.
@@ -98,9 +98,9 @@ def _outputs_to_matrix(fx: Array, layout: _Layout) -> Array:
                     math.prod(fx.shape[len(kept):]))
 
 
-def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
-                       layout: _Layout) -> Array:
-  """Inverse of `_outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
+def matrix_to_outputs(m: Array, shape: tuple[int, ...],
+                      layout: OutputLayout) -> Array:
+  """Inverse of `outputs_to_matrix` on `(..., R, T)`, keeping leading axes."""
   lead = m.shape[:-2]
   order = layout.kept + layout.traced
   if not lead and m.shape == tuple(shape) and order == tuple(range(len(shape))):
@@ -112,8 +112,8 @@ def _matrix_to_outputs(m: Array, shape: tuple[int, ...],
                        tuple(n_lead + i for i in inverse))
 
 
-def _test_shape(k_test_train: Array, y_train: Array,
-                layout: _Layout) -> tuple[int, ...]:
+def shape_of_test_outputs(k_test_train: Array, y_train: Array,
+                          layout: OutputLayout) -> tuple[int, ...]:
   """Shape of the test outputs: test sizes of kept axes, else train's.
 
   With the batch axis traced, the test-train kernel relates each test point to
@@ -125,20 +125,20 @@ def _test_shape(k_test_train: Array, y_train: Array,
   return tuple(shape)
 
 
-def _test_row_shape(test_shape: tuple[int, ...],
-                    layout: _Layout) -> tuple[int, ...]:
+def matrix_row_shape(test_shape: tuple[int, ...],
+                     layout: OutputLayout) -> tuple[int, ...]:
   return tuple(test_shape[i] for i in layout.kept)
 
 
 # Argument checks.
 
 
-def _is_kernel_like(k: Any) -> bool:
+def is_kernel_like(k: Any) -> bool:
   return hasattr(k, 'nngp') or hasattr(k, 'ntk')
 
 
-def _as_array_kernel(k: Any, name: str) -> Array:
-  if _is_kernel_like(k):
+def as_array_kernel(k: Any, name: str) -> Array:
+  if is_kernel_like(k):
     raise ValueError(
         f'`{name}` must be an array, got a {type(k).__name__} with `nngp` / '
         f'`ntk` fields. Pass `{name}.ntk` to train the whole network, or '
@@ -147,7 +147,7 @@ def _as_array_kernel(k: Any, name: str) -> Array:
 
 
 def _expected_kernel_shape(rows: Union[int, str], y_train: Array,
-                           layout: _Layout) -> tuple[Any, ...]:
+                           layout: OutputLayout) -> tuple[Any, ...]:
   """The kernel shape for `y_train`, with `rows` test points ('*': any)."""
   shape = []
   for axis in layout.kept:
@@ -156,8 +156,8 @@ def _expected_kernel_shape(rows: Union[int, str], y_train: Array,
   return tuple(shape)
 
 
-def _check_kernel(k: Array, name: str, y_train: Array, layout: _Layout,
-                  trace_axes: Axes, square: bool) -> None:
+def check_kernel(k: Array, name: str, y_train: Array, layout: OutputLayout,
+                 trace_axes: Axes, square: bool) -> None:
   """Raises `ValueError` unless `k` relates points to the `y_train` points."""
   n = y_train.shape[0]
   expected = _expected_kernel_shape(n if square else '*', y_train, layout)
@@ -187,7 +187,7 @@ def _check_kernel(k: Array, name: str, y_train: Array, layout: _Layout,
           f'needs kernel axes of shape {expected}. Check `trace_axes`.')
 
 
-def _check_finite(k: Array, name: str) -> None:
+def check_finite(k: Array, name: str) -> None:
   """Raises `ValueError` on NaN / inf, when `k` is concrete (not traced)."""
   if isinstance(k, jax.core.Tracer):
     return
@@ -205,7 +205,8 @@ def _check_finite(k: Array, name: str) -> None:
                      'be finite.')
 
 
-def _check_fx(fx: Any, shape: tuple[int, ...], name: str) -> Array:
+def broadcast_initial_outputs(fx: Any, shape: tuple[int, ...],
+                              name: str) -> Array:
   """Broadcasts initial outputs `fx` to `shape`, or raises `ValueError`."""
   fx = jnp.asarray(fx)
   try:
@@ -216,16 +217,16 @@ def _check_fx(fx: Any, shape: tuple[int, ...], name: str) -> Array:
                      f'{shape}.') from None
 
 
-def _checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
-                          ) -> tuple[Array, Array, _Layout]:
+def checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
+                          ) -> tuple[Array, Array, OutputLayout]:
   """`(y_train, k_train_train, layout)` as arrays, after checking that the
   kernel is a finite array relating the `y_train` points."""
   y_train = jnp.asarray(y_train)
   if not (isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2):
     # 2D host kernels (and memmaps) stay on the host, uncopied.
-    k_train_train = _as_array_kernel(k_train_train, 'k_train_train')
-  layout = _layout(y_train, trace_axes)
-  _check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
-                square=True)
-  _check_finite(k_train_train, 'k_train_train')
+    k_train_train = as_array_kernel(k_train_train, 'k_train_train')
+  layout = output_layout(y_train, trace_axes)
+  check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
+               square=True)
+  check_finite(k_train_train, 'k_train_train')
   return y_train, k_train_train, layout

@@ -8,21 +8,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
-from neural_tangents._src.predict.flow import _flow_times
-from neural_tangents._src.predict.flow import _integrated_relaxation
-from neural_tangents._src.predict.flow import _lead
-from neural_tangents._src.predict.flow import _relaxation
-from neural_tangents._src.predict.flow import _scaled_product
-from neural_tangents._src.predict.layout import _as_array_kernel
-from neural_tangents._src.predict.layout import _check_fx
-from neural_tangents._src.predict.layout import _check_kernel
-from neural_tangents._src.predict.layout import _checked_train_kernel
-from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _matrix_to_outputs
-from neural_tangents._src.predict.layout import _outputs_to_matrix
-from neural_tangents._src.predict.layout import _test_shape
+from neural_tangents._src.predict.flow import flow_times
+from neural_tangents._src.predict.flow import integrated_relaxation
+from neural_tangents._src.predict.flow import relaxation
+from neural_tangents._src.predict.flow import scaled_product
+from neural_tangents._src.predict.flow import with_time_axes
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict.layout import as_array_kernel
+from neural_tangents._src.predict.layout import broadcast_initial_outputs
+from neural_tangents._src.predict.layout import check_kernel
+from neural_tangents._src.predict.layout import checked_train_kernel
+from neural_tangents._src.predict.layout import kernel_to_matrix
+from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import outputs_to_matrix
+from neural_tangents._src.predict.layout import shape_of_test_outputs
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -116,7 +116,7 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
-  y_train, k_train_train, layout = _checked_train_kernel(
+  y_train, k_train_train, layout = checked_train_kernel(
       k_train_train, y_train, trace_axes)
   solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
   solve.check_diag_reg(diag_reg)
@@ -127,9 +127,9 @@ def gradient_descent_mse(
     # On the host, already a matrix: no copy.
     k = k_train_train.astype(dtype, copy=False)
   else:
-    k = _kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
+    k = kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
   solve.check_symmetric(k)
-  y = _outputs_to_matrix(y_train.astype(dtype), layout)
+  y = outputs_to_matrix(y_train.astype(dtype), layout)
   rate = learning_rate / y_train.size
   cache = {}
 
@@ -159,11 +159,12 @@ def gradient_descent_mse(
           '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
           'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
           '`fx_test_0` with `k_test_train` for the test outputs.')
-    tau, t_shape = _flow_times(t, rate, dtype)
+    tau, t_shape = flow_times(t, rate, dtype)
     residual = y
     if fx_train_0 is not None:
-      fx_train_0 = _check_fx(fx_train_0, y_train.shape, 'fx_train_0')
-      residual = y - _outputs_to_matrix(fx_train_0.astype(dtype), layout)
+      fx_train_0 = broadcast_initial_outputs(fx_train_0, y_train.shape,
+                                             'fx_train_0')
+      residual = y - outputs_to_matrix(fx_train_0.astype(dtype), layout)
     if t is None and solver != 'eigh':
       return _infinite_time(factor(solver), residual, fx_train_0,
                             fx_test_0, k_test_train)
@@ -172,25 +173,25 @@ def gradient_descent_mse(
 
     fx_train_t = None
     if fx_train_0 is not None:
-      change = _scaled_product(eig.evecs, _relaxation(eig, tau),
-                               residual_eigen)
+      change = scaled_product(eig.evecs, relaxation(eig, tau),
+                              residual_eigen)
       change = change.reshape(t_shape + change.shape[1:])
-      fx_train_t = _lead(fx_train_0, t_shape) + _matrix_to_outputs(
+      fx_train_t = with_time_axes(fx_train_0, t_shape) + matrix_to_outputs(
           change, y_train.shape, layout)
     if fx_test_0 is None:
       return _cast(fx_train_t, out_dtype)
 
-    k_test_train = _as_array_kernel(k_test_train, 'k_test_train')
-    _check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                  square=False)
-    test_shape = _test_shape(k_test_train, y_train, layout)
-    fx_test_0 = _check_fx(fx_test_0, test_shape, 'fx_test_0')
-    k_test = _kernel_to_matrix(k_test_train.astype(dtype),
-                               len(layout.untraced))
-    change = _scaled_product(k_test @ eig.evecs,
-                             _integrated_relaxation(eig, tau), residual_eigen)
+    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
+                 square=False)
+    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
+    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
+    k_test = kernel_to_matrix(k_test_train.astype(dtype),
+                              len(layout.untraced))
+    change = scaled_product(k_test @ eig.evecs,
+                            integrated_relaxation(eig, tau), residual_eigen)
     change = change.reshape(t_shape + change.shape[1:])
-    fx_test_t = _lead(fx_test_0, t_shape) + _matrix_to_outputs(
+    fx_test_t = with_time_axes(fx_test_0, t_shape) + matrix_to_outputs(
         change, test_shape, layout)
     if fx_train_t is None:
       return _cast(fx_test_t, out_dtype)
@@ -209,17 +210,17 @@ def gradient_descent_mse(
       change = residual
     fx_train_t = None
     if fx_train_0 is not None:
-      fx_train_t = _cast(fx_train_0 + _matrix_to_outputs(
+      fx_train_t = _cast(fx_train_0 + matrix_to_outputs(
           change, y_train.shape, layout), out_dtype)
     if fx_test_0 is None:
       return fx_train_t
-    k_test_train = _as_array_kernel(k_test_train, 'k_test_train')
-    _check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                  square=False)
-    test_shape = _test_shape(k_test_train, y_train, layout)
-    fx_test_0 = _check_fx(fx_test_0, test_shape, 'fx_test_0')
-    k_test = _kernel_to_matrix(k_test_train.astype(dtype),
-                               len(layout.untraced))
+    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
+                 square=False)
+    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
+    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
+    k_test = kernel_to_matrix(k_test_train.astype(dtype),
+                              len(layout.untraced))
     weights = factor.solve(residual)
     predict_fn.solve_info = factor.info
     if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
@@ -228,7 +229,7 @@ def gradient_descent_mse(
     else:
       change = k_test @ jnp.asarray(weights, dtype)
     fx_test_t = _cast(
-        fx_test_0 + _matrix_to_outputs(change, test_shape, layout), out_dtype)
+        fx_test_0 + matrix_to_outputs(change, test_shape, layout), out_dtype)
     if fx_train_t is None:
       return fx_test_t
     return fx_train_t, fx_test_t
@@ -281,14 +282,14 @@ def max_learning_rate(
     >>> predict_fn(t=100.).shape
     (3, 1)
   """
-  k = _as_array_kernel(ntk_train_train, 'ntk_train_train')
+  k = as_array_kernel(ntk_train_train, 'ntk_train_train')
   if k.ndim < 2 or k.ndim % 2 or k.shape[0] != k.shape[1]:
     raise ValueError(f'`ntk_train_train` must have shape (N, N) plus pairs of '
                      f'output axes; got {k.shape}.')
   if not 0. <= momentum < 1.:
     raise ValueError(f'`momentum` must be in [0, 1); got {momentum}.')
-  k = _kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
-                        k.ndim // 2 - 1)
+  k = kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
+                       k.ndim // 2 - 1)
   size = k.shape[0] if y_train_size is None else y_train_size
   max_eval = jnp.linalg.eigvalsh((k + k.T) / 2)[-1]
   lr = 2. * (1. + momentum) * size / (max_eval + eps)

@@ -7,16 +7,16 @@ import jax
 from jax.experimental import ode
 import jax.numpy as jnp
 
-from neural_tangents._src.predict.layout import _as_array_kernel
-from neural_tangents._src.predict.layout import _check_fx
-from neural_tangents._src.predict.layout import _check_kernel
-from neural_tangents._src.predict.layout import _checked_train_kernel
-from neural_tangents._src.predict.layout import _kernel_to_matrix
-from neural_tangents._src.predict.layout import _matrix_to_outputs
-from neural_tangents._src.predict.layout import _outputs_to_matrix
-from neural_tangents._src.predict.layout import _test_shape
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict.layout import as_array_kernel
+from neural_tangents._src.predict.layout import broadcast_initial_outputs
+from neural_tangents._src.predict.layout import check_kernel
+from neural_tangents._src.predict.layout import checked_train_kernel
+from neural_tangents._src.predict.layout import kernel_to_matrix
+from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import outputs_to_matrix
+from neural_tangents._src.predict.layout import shape_of_test_outputs
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -98,13 +98,13 @@ def gradient_descent(
     >>> fx_train_t.shape, fx_test_t.shape
     ((3, 3), (2, 3))
   """
-  y_train, k_train_train, layout = _checked_train_kernel(
+  y_train, k_train_train, layout = checked_train_kernel(
       k_train_train, y_train, trace_axes)
   if momentum is not None and not 0. <= momentum < 1.:
     raise ValueError(f'`momentum` must be in [0, 1) or None; got {momentum}.')
   dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   n_pairs = len(layout.untraced)
-  k_train = _kernel_to_matrix(k_train_train.astype(dtype), n_pairs)
+  k_train = kernel_to_matrix(k_train_train.astype(dtype), n_pairs)
   y = y_train.astype(dtype)
   grad_loss = jax.grad(lambda fx: loss(fx, y))
 
@@ -115,7 +115,7 @@ def gradient_descent(
     friction = (1. - momentum) / time_scale
 
   def apply_kernel(k: Array, g: Array, shape: tuple[int, ...]) -> Array:
-    return _matrix_to_outputs(k @ _outputs_to_matrix(g, layout), shape, layout)
+    return matrix_to_outputs(k @ outputs_to_matrix(g, layout), shape, layout)
 
   def dynamics(state: ODEState, s: Array, k_test: Optional[Array],
                test_shape: tuple[int, ...]) -> ODEState:
@@ -150,18 +150,19 @@ def gradient_descent(
     if state.fx_test is not None and k_test_train is None:
       raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
                        '`k_test_train` to predict on the test set.')
-    fx_train = _check_fx(
+    fx_train = broadcast_initial_outputs(
         0. if state.fx_train is None else state.fx_train, y_train.shape,
         'fx_train_0').astype(dtype)
     k_test, test_shape, fx_test = None, (), None
     if k_test_train is not None:
-      k_test_train = _as_array_kernel(k_test_train, 'k_test_train')
-      _check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                    square=False)
-      test_shape = _test_shape(k_test_train, y_train, layout)
-      k_test = _kernel_to_matrix(k_test_train.astype(dtype), n_pairs)
-      fx_test = _check_fx(0. if state.fx_test is None else state.fx_test,
-                          test_shape, 'fx_test_0').astype(dtype)
+      k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+      check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
+                   square=False)
+      test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
+      k_test = kernel_to_matrix(k_test_train.astype(dtype), n_pairs)
+      fx_test = broadcast_initial_outputs(
+          0. if state.fx_test is None else state.fx_test, test_shape,
+          'fx_test_0').astype(dtype)
     state = ODEState(fx_train, fx_test)
     if momentum is not None:
       state = state._replace(

@@ -16,7 +16,7 @@ from neural_tangents._src.utils.typing import Get
 _GETS = ('nngp', 'ntk')
 
 
-class _Posterior(NamedTuple):
+class Posterior(NamedTuple):
   """The two kernels that define the prediction of one `get`.
 
   Attributes:
@@ -28,10 +28,10 @@ class _Posterior(NamedTuple):
   prior: str
 
 
-_POSTERIORS = {
-    'nngp': _Posterior(flow='nngp', prior='nngp'),
-    'ntk': _Posterior(flow='ntk', prior='nngp'),
-    'ntkgp': _Posterior(flow='ntk', prior='ntk'),
+POSTERIORS = {
+    'nngp': Posterior(flow='nngp', prior='nngp'),
+    'ntk': Posterior(flow='ntk', prior='nngp'),
+    'ntkgp': Posterior(flow='ntk', prior='ntk'),
 }
 
 
@@ -47,23 +47,23 @@ class Gaussian(NamedTuple):
   covariance: Optional[Array]
 
 
-def _parse_get(get: Get) -> tuple[tuple[str, ...], bool]:
+def parse_posterior_get(get: Get) -> tuple[tuple[str, ...], bool]:
   """`get` -> (names, whether a single value, not a namedtuple, is returned)."""
   try:
-    names, single = arguments.parse_get(get, tuple(_POSTERIORS))
+    names, single = arguments.parse_get(get, tuple(POSTERIORS))
   except ValueError as e:
     raise ValueError(f'`get` must be "nngp", "ntk", "ntkgp", a tuple of '
                      f'them, or None; got {get!r}. {e}') from None
   return names or _GETS, single
 
 
-def _kernels_needed(names: Sequence[str], compute_cov: bool) -> tuple[str, ...]:
+def kernels_needed(names: Sequence[str], compute_cov: bool) -> tuple[str, ...]:
   """Kernels ('nngp', 'ntk' in this order) that predictions of `names` use."""
   used = set()
   for name in names:
-    used.add(_POSTERIORS[name].flow)
+    used.add(POSTERIORS[name].flow)
     if compute_cov:
-      used.add(_POSTERIORS[name].prior)
+      used.add(POSTERIORS[name].prior)
   return tuple(k for k in ('nngp', 'ntk') if k in used)
 
 
@@ -72,8 +72,8 @@ def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
   return collections.namedtuple(typename, fields)
 
 
-def _by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
-            typename: str) -> Any:
+def results_by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
+                   typename: str) -> Any:
   if single:
     return values[names[0]]
   return _namedtuple(typename, names)(*(values[name] for name in names))
@@ -84,7 +84,7 @@ def _is_concrete(tree: Any) -> bool:
                  for leaf in jax.tree_util.tree_leaves(tree))
 
 
-def _cached(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
+def cached(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
   """`cache[key]`, computed once; traced values are not kept (they'd leak)."""
   if key in cache:
     return cache[key]
