@@ -145,6 +145,19 @@ def gradient_descent_mse(
       cache[kind] = value
     return value
 
+  def test_set(k_test_train: Any, fx_test_0: ArrayOrScalar
+               ) -> tuple[Array, Array, tuple[int, ...]]:
+    """The checked test-train kernel as a matrix, `fx_test_0` broadcast to
+    the test outputs' shape, and that shape."""
+    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
+                 square=False)
+    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
+    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
+    k_test = kernel_to_matrix(k_test_train.astype(dtype),
+                              len(layout.untraced))
+    return k_test, fx_test_0, test_shape
+
   def predict_fn(
       t: Optional[ArrayOrScalar] = None,
       fx_train_0: Optional[ArrayOrScalar] = 0.,
@@ -181,13 +194,7 @@ def gradient_descent_mse(
     if fx_test_0 is None:
       return _cast(fx_train_t, out_dtype)
 
-    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
-    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                 square=False)
-    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
-    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
-    k_test = kernel_to_matrix(k_test_train.astype(dtype),
-                              len(layout.untraced))
+    k_test, fx_test_0, test_shape = test_set(k_test_train, fx_test_0)
     change = scaled_product(k_test @ eig.evecs,
                             integrated_relaxation(eig, tau), residual_eigen)
     change = change.reshape(t_shape + change.shape[1:])
@@ -214,13 +221,7 @@ def gradient_descent_mse(
           change, y_train.shape, layout), out_dtype)
     if fx_test_0 is None:
       return fx_train_t
-    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
-    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                 square=False)
-    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
-    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
-    k_test = kernel_to_matrix(k_test_train.astype(dtype),
-                              len(layout.untraced))
+    k_test, fx_test_0, test_shape = test_set(k_test_train, fx_test_0)
     weights = factor.solve(residual)
     predict_fn.solve_info = factor.info
     if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
