@@ -396,6 +396,58 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '"ntk"'):
       predict.gp_inference(_Kernels(k, None), y_train)('ntk')
 
+  def test_error_messages_name_argument_value_and_fix(self):
+    k = _random_psd(jax.random.PRNGKey(13), 5)
+    y_train = jnp.ones((5, 1))
+    loss = lambda f, y: jnp.sum(f)
+    with self.assertRaisesRegex(
+        ValueError, r'`momentum` must be in \[0, 1\); got momentum=-0\.1\. '
+        r'Pass 0\. for plain'):
+      predict.max_learning_rate(k, momentum=-0.1)
+    with self.assertRaisesRegex(
+        ValueError, r'`momentum`.*got momentum=1\.5\. Pass None'):
+      predict.gradient_descent(loss, k, y_train, momentum=1.5)
+    with self.assertRaisesRegex(
+        ValueError, r'`t` must be >= 0.*smallest entry is -2\.0\. Pass times'):
+      predict.gradient_descent(loss, k, y_train)(jnp.array([1., -2.]))
+    with self.assertRaisesRegex(
+        ValueError, r'`ntk_train_train`.*got \(5, 4\)\. Pass the '
+        r'train-train NTK'):
+      predict.max_learning_rate(k[:, :4])
+    with self.assertRaisesRegex(
+        ValueError, r'scalar of shape \(\)\. Pass an array of shape'):
+      predict.gradient_descent_mse(k, jnp.float32(1.))
+    with self.assertRaisesRegex(
+        ValueError, r'`k_train_train` contains NaN.*pass a finite kernel'):
+      predict.gradient_descent_mse(k.at[0, 0].set(jnp.inf), y_train)
+    with self.assertRaisesRegex(
+        ValueError, r"got 'nntk'.*Pass e\.g\. get=\"ntk\""):
+      predict.gp_inference(_Kernels(k, k), y_train)('nntk')
+    with self.assertRaisesRegex(
+        ValueError, r'`k_test_train` has no "ntk" kernel \(got a _Kernels '
+        r'whose `ntk` is None\).*Pass a `k_test_train` that contains "ntk"'):
+      predict.gp_inference(_Kernels(k, k), y_train)(
+          'ntk', _Kernels(k[:2], None))
+    with self.assertRaisesRegex(
+        ValueError, r'`kernel_fn` did not return the "ntk" kernel.*returned '
+        r'a dict without it\. Pass a `kernel_fn'):
+      predict.gradient_descent_mse_ensemble(
+          lambda x1, x2, get, **kw: {'nngp': k}, jnp.zeros((5, 2)),
+          y_train)(None, jnp.zeros((2, 2)), 'ntk')
+
+    def bad_test_test_kernel_fn(x1, x2, get, **kwargs):
+      del get, kwargs
+      if x2 is None and x1.shape[0] == 2:  # The test-test kernel.
+        return {'nngp': k[:2, :2, None]}
+      return {'nngp': k[:x1.shape[0]]}
+
+    with self.assertRaisesRegex(
+        ValueError, r'`kernel_fn\(x_test, None, "nngp"\)` has shape '
+        r'\(2, 2, 1\).*Pass a kernel computed with the same `trace_axes`'):
+      predict.gradient_descent_mse_ensemble(
+          bad_test_test_kernel_fn, jnp.zeros((5, 2)), y_train)(
+              None, jnp.zeros((2, 2)), 'nngp', compute_cov=True)
+
 
 class EnsembleTest(test_utils.NeuralTangentsTestCase):
 

@@ -279,6 +279,31 @@ class NotPositiveDefiniteTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, r'only `solver="cg"`'):
       predict.gp_inference(rows, y)('nngp', k.nngp[:2])
 
+  def test_bad_solver_argument_messages_give_the_fix(self):
+    k, y, _, _ = _problem(n=10)
+    with self.assertRaisesRegex(ValueError,
+                                r'`tol`.*got 2\.0\. Pass e\.g\. tol=1e-5'):
+      predict.gp_inference(k.nngp, y, solver='cg', tol=2.)
+    with self.assertRaisesRegex(ValueError,
+                                r'`maxiter`.*got 0\. Pass e\.g\. maxiter='):
+      predict.gp_inference(k.nngp, y, solver='cg', maxiter=0)
+    with self.assertRaisesRegex(ValueError, r'`preconditioner_rank`.*got -1\. '
+                                r'Pass e\.g\. 100, or 0 for no'):
+      predict.gp_inference(k.nngp, y, solver='cg', preconditioner_rank=-1)
+    with self.assertRaisesRegex(TypeError, r"`diag_reg`.*got 'a'\. Pass a "
+                                r'float'):
+      predict.gp_inference(k.nngp, y, diag_reg='a')
+    rows = solve.KernelRows(lambda a, b: k.nngp[a:b], 10)
+    with self.assertRaisesRegex(ValueError, r"got solver='eigh'\. Pass "
+                                r'solver="cg"'):
+      predict.gp_inference(rows, y, solver='eigh')('nngp', k.nngp[:2])
+    with self.assertRaisesRegex(ValueError, r'`n` must be a positive int; '
+                                r'got 0\. Pass the number of rows'):
+      solve.KernelRows(lambda a, b: k.nngp[a:b], 0)
+    with self.assertRaisesRegex(TypeError, r'`rows_fn` must be callable.*got a '
+                                r'ndarray\. Pass a function returning rows'):
+      solve.KernelRows(k.nngp, 10)
+
 
 class HalfPrecisionTest(test_utils.NeuralTangentsTestCase):
 

@@ -51,8 +51,11 @@ def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
     else:
       value = None
     if value is None:
-      raise ValueError(f'`kernel_fn` did not return the "{name}" kernel for '
-                       f'`get={names}`; pass a `kernel_fn` that computes it.')
+      raise ValueError(
+          f'`kernel_fn` did not return the "{name}" kernel for `get={names}`: '
+          f'it returned a {type(out).__name__} without it. Pass a '
+          f'`kernel_fn(x1, x2, get)` that computes "{name}" (stax networks '
+          'compute "nngp" and "ntk").')
     kernels[name] = jnp.asarray(value)
   return kernels
 
@@ -362,8 +365,11 @@ def gradient_descent_mse_ensemble(
             kernel_fn, x_test, None, priors,
             _test_test_kwargs(kernel_fn_train_train_kwargs,
                               kernel_fn_test_test_kwargs))
-        k_test_test = {kernel: kernel_to_matrix(k.astype(dtype), n_pairs)
-                       for kernel, k in kernels.items()}
+        k_test_test = {
+            kernel: kernel_to_matrix(
+                k.astype(dtype), n_pairs,
+                name=f'kernel_fn(x_test, None, "{kernel}")')
+            for kernel, k in kernels.items()}
 
     tau, t_shape = flow_times(t, learning_rate / y_train.size, dtype)
     row_shape = matrix_row_shape(test_shape, layout)

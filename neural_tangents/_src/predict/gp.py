@@ -135,12 +135,14 @@ def gp_inference(
 
   def matrix(k: Any, kernel: str, arg: str, square: bool) -> Array:
     if is_kernel_like(k):
-      k = getattr(k, kernel, None)
+      kernels, k = k, getattr(k, kernel, None)
       if k is None:
         raise ValueError(
-            f'`{arg}` has no "{kernel}" kernel; `get="nngp"` needs "nngp", '
-            '"ntk" and "ntkgp" need "ntk", and the "ntk" covariance also needs'
-            ' "nngp". Pass a kernel that contains it.')
+            f'`{arg}` has no "{kernel}" kernel (got a {type(kernels).__name__} '
+            f'whose `{kernel}` is None); `get="nngp"` needs "nngp", "ntk" and '
+            '"ntkgp" need "ntk", and the "ntk" covariance also needs "nngp". '
+            f'Pass a `{arg}` that contains "{kernel}", e.g. '
+            "`kernel_fn(x1, x2, ('nngp', 'ntk'))`.")
     if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
             n_pairs == 0):
       # Host and row-block train kernels stay where they are (no copy).
@@ -210,14 +212,16 @@ def gp_inference(
       factor, alpha = flow(posterior.flow)
       k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
       test_shape = shape_of_test_outputs(
-          _kernel_of(k_test_train, posterior.flow), y_train, layout)
+          _kernel_of(k_test_train, posterior.flow, 'k_test_train'), y_train,
+          layout)
       mean = matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
       if not compute_cov:
         out[name] = mean
         continue
       k_prior_test = matrix(k_test_train, posterior.prior, 'k_test_train',
                             False)
-      k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior))
+      k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior,
+                                          'k_test_test'))
       row_shape = matrix_row_shape(test_shape, layout)
       expected = tuple(size for size in row_shape for _ in range(2))
       if k_tt_array.shape != expected:
@@ -266,11 +270,14 @@ def _matmul(k: Any, v: Array) -> Array:
   return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)
 
 
-def _kernel_of(k: Any, name: str) -> Any:
+def _kernel_of(k: Any, name: str, arg: str) -> Any:
+  """The `name` field of a kernel-like `k` (argument `arg`); else `k`."""
   if is_kernel_like(k):
     value = getattr(k, name, None)
     if value is None:
-      raise ValueError(f'The kernel has no "{name}" field; pass a kernel '
-                       'that contains it.')
+      raise ValueError(
+          f'`{arg}` has no "{name}" kernel (got a {type(k).__name__} whose '
+          f'`{name}` is None). Pass a `{arg}` that contains "{name}", e.g. '
+          "`kernel_fn(x1, x2, ('nngp', 'ntk'))`.")
     return value
   return k

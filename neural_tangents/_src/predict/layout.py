@@ -37,7 +37,9 @@ def output_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
   ndim = y_train.ndim
   if ndim < 1:
     raise ValueError('`y_train` must have a leading batch axis (one row per '
-                     f'training point); got a scalar of shape {y_train.shape}.')
+                     f'training point); got a scalar of shape {y_train.shape}. '
+                     'Pass an array of shape (N, O_1, ...), e.g. '
+                     '`jnp.reshape(y_train, (1, 1))` for one scalar target.')
   if y_train.shape[0] == 0:
     raise ValueError(
         f'`y_train` has shape {y_train.shape}: no training points. Pass at '
@@ -54,20 +56,25 @@ def output_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
   return OutputLayout(untraced, traced)
 
 
-def kernel_to_matrix(k: Array, n_pairs: int) -> Array:
+def kernel_to_matrix(k: Array, n_pairs: int, name: str = 'kernel') -> Array:
   """`(A, B, a_1, b_1, ..., a_n, b_n)` -> `(A * a_1 * ... , B * b_1 * ...)`.
 
   Args:
     k: a kernel of pairs of axes.
     n_pairs: its number of pairs of output axes: `k.ndim // 2 - 1`, or
       `k.ndim // 2` when the batch axis is traced (no batch pair).
+    name: the kernel's argument name, for the error message.
 
   Returns:
     The kernel as a matrix, rows from the first axis of each pair.
   """
   if k.ndim not in (2 * n_pairs, 2 * n_pairs + 2):
-    raise ValueError(f'A kernel of shape {k.shape} does not have '
-                     f'{n_pairs} pairs of output axes.')
+    raise ValueError(
+        f'`{name}` has shape {k.shape}, which is not {n_pairs} pair(s) of '
+        'output axes (after the two batch axes, unless the batch axis is '
+        'traced). Pass a kernel computed with the same `trace_axes` as the '
+        'other kernels, with a pair of axes per output axis not in '
+        '`trace_axes`.')
   if k.ndim == 2:  # Already a matrix (host arrays stay uncopied).
     return k
   rows, cols = tuple(range(0, k.ndim, 2)), tuple(range(1, k.ndim, 2))
@@ -201,8 +208,11 @@ def check_finite(k: Array, name: str) -> None:
     finite = bool(np.all(np.isfinite(k)) if isinstance(k, np.ndarray) else
                   jnp.all(jnp.isfinite(k)))
   if not finite:
-    raise ValueError(f'`{name}` contains NaN or inf values; the kernel must '
-                     'be finite.')
+    raise ValueError(
+        f'`{name}` contains NaN or inf values; the kernel must be finite. '
+        'Check how it was computed (NaN inputs, overflow in float16/float32: '
+        'try float64 with `jax.config.update("jax_enable_x64", True)`) and '
+        'pass a finite kernel.')
 
 
 def broadcast_initial_outputs(fx: Any, shape: tuple[int, ...],

@@ -286,9 +286,11 @@ def max_learning_rate(
   k = as_array_kernel(ntk_train_train, 'ntk_train_train')
   if k.ndim < 2 or k.ndim % 2 or k.shape[0] != k.shape[1]:
     raise ValueError(f'`ntk_train_train` must have shape (N, N) plus pairs of '
-                     f'output axes; got {k.shape}.')
+                     f'output axes; got {k.shape}. Pass the train-train NTK, '
+                     "e.g. `kernel_fn(x_train, None, 'ntk')`.")
   if not 0. <= momentum < 1.:
-    raise ValueError(f'`momentum` must be in [0, 1); got {momentum}.')
+    raise ValueError(f'`momentum` must be in [0, 1); got momentum={momentum}. '
+                     'Pass 0. for plain gradient descent, or e.g. 0.9.')
   k = kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
                        k.ndim // 2 - 1)
   size = k.shape[0] if y_train_size is None else y_train_size

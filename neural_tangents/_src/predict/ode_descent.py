@@ -101,7 +101,9 @@ def gradient_descent(
   y_train, k_train_train, layout = checked_train_kernel(
       k_train_train, y_train, trace_axes)
   if momentum is not None and not 0. <= momentum < 1.:
-    raise ValueError(f'`momentum` must be in [0, 1) or None; got {momentum}.')
+    raise ValueError(f'`momentum` must be in [0, 1) or None; got '
+                     f'momentum={momentum}. Pass None for plain gradient '
+                     'descent, or e.g. 0.9 for heavy-ball momentum.')
   dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   n_pairs = len(layout.untraced)
   k_train = kernel_to_matrix(k_train_train.astype(dtype), n_pairs)
@@ -173,7 +175,9 @@ def gradient_descent(
 
     t = jnp.asarray(t, dtype)
     if not isinstance(t, jax.core.Tracer) and bool(jnp.any(t < 0)):
-      raise ValueError(f'`t` must be non-negative; got {t}.')
+      raise ValueError(
+          f'`t` must be >= 0 (numbers of gradient descent steps); got t={t}, '
+          f'whose smallest entry is {float(jnp.min(t))}. Pass times >= 0.')
     t_shape, s = t.shape, t.reshape(-1) * time_scale
     # `odeint` needs increasing times starting at the initial one, and
     # returns NaN for a later time equal to it: move `t = 0` to the smallest

@@ -53,7 +53,8 @@ def parse_posterior_get(get: Get) -> tuple[tuple[str, ...], bool]:
     names, single = arguments.parse_get(get, tuple(POSTERIORS))
   except ValueError as e:
     raise ValueError(f'`get` must be "nngp", "ntk", "ntkgp", a tuple of '
-                     f'them, or None; got {get!r}. {e}') from None
+                     f'them, or None; got {get!r}. {e} Pass e.g. get="ntk" '
+                     'or get=("nngp", "ntk").') from None
   return names or _GETS, single
 
 

@@ -105,9 +105,12 @@ class KernelRows:
                dtype: Any = np.float32):
     if not callable(rows_fn):
       raise TypeError(f'`rows_fn` must be callable as rows_fn(start, stop); '
-                      f'got {rows_fn!r}.')
+                      f'got a {type(rows_fn).__name__}. Pass a function returning rows '
+                      "start:stop, e.g. `lambda a, b: kernel_fn(x[a:b], x, "
+                      "'nngp')`.")
     if not isinstance(n, (int, np.integer)) or n < 1:
-      raise ValueError(f'`n` must be a positive int; got {n!r}.')
+      raise ValueError(f'`n` must be a positive int; got {n!r}. Pass the '
+                       'number of rows (and columns) of the kernel.')
     self.rows_fn = rows_fn
     self.shape = (int(n), int(n))
     self.ndim = 2
@@ -169,8 +172,8 @@ def check_diag_reg(diag_reg: Any) -> None:
   try:
     value = float(diag_reg)
   except (TypeError, ValueError):
-    raise TypeError(f'`diag_reg` must be a number >= 0; got {diag_reg!r}.'
-                    ) from None
+    raise TypeError(f'`diag_reg` must be a number >= 0; got {diag_reg!r}. '
+                    'Pass a float, e.g. 1e-4 (0 for none).') from None
   if not value >= 0. or not math.isfinite(value):
     raise ValueError(
         f'`diag_reg` must be >= 0 and finite; got {diag_reg!r}. It is the '
@@ -541,7 +544,9 @@ class CGSolver:
     return x
 
   def half_solve(self, b: Array) -> Array:
-    raise NotImplementedError('CG has no square-root factor; use `solve`.')
+    raise NotImplementedError(
+        '`CGSolver.half_solve` does not exist: conjugate gradients have no '
+        'square-root factor. Call `solve(b)` instead.')
 
 
 Solver = Union[CholeskySolver, EighSolver, CGSolver]
@@ -555,14 +560,16 @@ def check_solver_args(solver: str, tol: float, maxiter: Optional[int],
                      '"cg" for larger or host/memory-mapped kernels, "eigh" '
                      'for the pseudo-inverse of singular kernels.')
   if not (isinstance(tol, (int, float)) and 0 < tol < 1):
-    raise ValueError(f'`tol` must be a float in (0, 1); got {tol!r}.')
+    raise ValueError(f'`tol` must be a float in (0, 1); got {tol!r}. Pass '
+                     'e.g. tol=1e-5 (the relative residual to reach).')
   if maxiter is not None and (not isinstance(maxiter, (int, np.integer))
                               or maxiter < 1):
     raise ValueError(f'`maxiter` must be a positive int or None; got '
-                     f'{maxiter!r}.')
+                     f'{maxiter!r}. Pass e.g. maxiter=1000, or None for 10 '
+                     'times the number of rows.')
   if not isinstance(rank, (int, np.integer)) or rank < 0:
     raise ValueError(f'`preconditioner_rank` must be an int >= 0; got '
-                     f'{rank!r}.')
+                     f'{rank!r}. Pass e.g. 100, or 0 for no preconditioner.')
 
 
 def factorize(k: Any, diag_reg: float, diag_reg_absolute_scale: bool = False,
@@ -608,7 +615,8 @@ def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
                preconditioner_rank, name) -> Solver:
   if isinstance(k, KernelRows) and solver != 'cg':
     raise ValueError(f'`{name}` is given by row blocks (`KernelRows`), which '
-                     f'only `solver="cg"` can use; got solver={solver!r}.')
+                     f'only `solver="cg"` can use; got solver={solver!r}. '
+                     'Pass solver="cg", or the kernel as an array.')
   reg = regularizer(k, diag_reg, diag_reg_absolute_scale)
   if solver == 'cg':
     if _is_traced(k):
