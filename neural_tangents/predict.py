@@ -2,11 +2,15 @@
 of infinitely wide networks, GP inference, and ODE-solved descent on any loss.
 
 Example:
+  >>> from jax import random
+  >>> import jax.numpy as jnp
   >>> import neural_tangents as nt
   >>> from neural_tangents import stax
   >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
   ...                               stax.Dense(1))
-  >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+  >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+  >>> x_test = random.normal(random.PRNGKey(2), (2, 4))
+  >>> y_train = jnp.ones((3, 1))
   >>> predict_fn = nt.predict.gradient_descent_mse(
   ...     kernel_fn(x_train, None, 'ntk'), y_train)
   >>> fx_train_t, fx_test_t = predict_fn(

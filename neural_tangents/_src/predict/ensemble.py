@@ -249,9 +249,15 @@ def gradient_descent_mse_ensemble(
       conflicting train and test values.
 
   Example:
+    >>> from jax import random
+    >>> import jax.numpy as jnp
+    >>> import neural_tangents as nt
+    >>> from neural_tangents import stax
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
-    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+    >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+    >>> x_test = random.normal(random.PRNGKey(2), (2, 4))
+    >>> y_train = jnp.ones((3, 1))
     >>> predict_fn = nt.predict.gradient_descent_mse_ensemble(
     ...     kernel_fn, x_train, y_train, diag_reg=1e-4)
     >>> out = predict_fn(t=jnp.array([1., 100.]), x_test=x_test,

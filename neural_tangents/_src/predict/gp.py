@@ -118,9 +118,15 @@ def gp_inference(
       is asked of a bare array (it needs both the NTK and the NNGP).
 
   Example:
+    >>> from jax import random
+    >>> import jax.numpy as jnp
+    >>> import neural_tangents as nt
+    >>> from neural_tangents import stax
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
-    >>> x_train, y_train, x_test = x1, jnp.ones((3, 1)), x2
+    >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+    >>> x_test = random.normal(random.PRNGKey(2), (2, 4))
+    >>> y_train = jnp.ones((3, 1))
     >>> predict_fn = nt.predict.gp_inference(kernel_fn(x_train, None),
     ...                                      y_train, diag_reg=1e-3)
     >>> mean, cov = predict_fn('ntkgp', kernel_fn(x_test, x_train),

@@ -105,9 +105,15 @@ def gradient_descent_mse(
       `trace_axes`, or the kernel is not finite.
 
   Example:
+    >>> from jax import random
+    >>> import jax.numpy as jnp
+    >>> import neural_tangents as nt
+    >>> from neural_tangents import stax
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
-    >>> x_train, y_train, x_test = x1, jnp.array([[1.], [-1.], [0.5]]), x2
+    >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+    >>> x_test = random.normal(random.PRNGKey(2), (2, 4))
+    >>> y_train = jnp.array([[1.], [-1.], [0.5]])
     >>> predict_fn = nt.predict.gradient_descent_mse(
     ...     kernel_fn(x_train, None, 'ntk'), y_train)
     >>> fx_train_t, fx_test_t = predict_fn(
@@ -274,9 +280,15 @@ def max_learning_rate(
     The critical learning rate `2 (1 + momentum) n / (lambda_max + eps)`.
 
   Example:
+    >>> from jax import random
+    >>> import jax.numpy as jnp
+    >>> import neural_tangents as nt
+    >>> from neural_tangents import stax
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(1))
-    >>> ntk_train_train, y_train = kernel_fn(x1, None, 'ntk'), jnp.ones((3, 1))
+    >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+    >>> ntk_train_train = kernel_fn(x_train, None, 'ntk')
+    >>> y_train = jnp.ones((3, 1))
     >>> lr = nt.predict.max_learning_rate(ntk_train_train, y_train.size)
     >>> predict_fn = nt.predict.gradient_descent_mse(ntk_train_train, y_train,
     ...                                              learning_rate=0.5 * lr)

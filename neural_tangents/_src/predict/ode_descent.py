@@ -85,9 +85,16 @@ def gradient_descent(
       not match.
 
   Example:
+    >>> import jax
+    >>> from jax import random
+    >>> import jax.numpy as jnp
+    >>> import neural_tangents as nt
+    >>> from neural_tangents import stax
     >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
     ...                               stax.Dense(3))
-    >>> x_train, y_train, x_test = x1, jax.nn.one_hot(jnp.arange(3), 3), x2
+    >>> x_train = random.normal(random.PRNGKey(1), (3, 4))
+    >>> x_test = random.normal(random.PRNGKey(2), (2, 4))
+    >>> y_train = jax.nn.one_hot(jnp.arange(3), 3)
     >>> cross_entropy = lambda fx, y_hat: -jnp.mean(
     ...     jax.nn.log_softmax(fx) * y_hat)
     >>> predict_fn = nt.predict.gradient_descent(

@@ -23,6 +23,7 @@ Three solvers, chosen by the `solver` argument of the predict functions:
 
 Example:
   >>> import numpy as np
+  >>> from neural_tangents._src.predict.solve import factorize
   >>> x = np.random.RandomState(0).randn(50, 3)
   >>> k = np.exp(-((x[:, None] - x[None]) ** 2).sum(-1))
   >>> y = np.ones((50, 1))
@@ -94,6 +95,7 @@ class KernelRows:
 
   Example:
     >>> import numpy as np
+    >>> from neural_tangents.predict import KernelRows
     >>> x = np.random.RandomState(0).randn(6, 2)
     >>> k = KernelRows(lambda a, b: x[a:b] @ x.T + 1., 6, block_rows=4)
     >>> k.shape, bool(np.allclose(k.rows(0, 6), x @ x.T + 1.))
