@@ -134,6 +134,8 @@ def shape_of_test_outputs(k_test_train: Array, y_train: Array,
 
 def matrix_row_shape(test_shape: tuple[int, ...],
                      layout: OutputLayout) -> tuple[int, ...]:
+  """Sizes of the kept axes of outputs of shape `test_shape`: the axes that
+  `outputs_to_matrix` flattens into rows, and `matrix_to_covariance` splits."""
   return tuple(test_shape[i] for i in layout.kept)
 
 
@@ -141,10 +143,13 @@ def matrix_row_shape(test_shape: tuple[int, ...],
 
 
 def is_kernel_like(k: Any) -> bool:
+  """Whether `k` is an `nt.Kernel` or a namedtuple with `nngp` / `ntk`."""
   return hasattr(k, 'nngp') or hasattr(k, 'ntk')
 
 
 def as_array_kernel(k: Any, name: str) -> Array:
+  """`k` as a JAX array; raises `ValueError` on a kernel-like `k` (argument
+  `name`), saying which field to pass."""
   if is_kernel_like(k):
     raise ValueError(
         f'`{name}` must be an array, got a {type(k).__name__} with `nngp` / '

@@ -75,6 +75,8 @@ def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
 
 def results_by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
                    typename: str) -> Any:
+  """`values[names[0]]` if `single`, else a namedtuple `typename` of the
+  values of `names`, in that order."""
   if single:
     return values[names[0]]
   return _namedtuple(typename, names)(*(values[name] for name in names))

@@ -107,9 +107,9 @@ class KernelRows:
                dtype: Any = np.float32):
     if not callable(rows_fn):
       raise TypeError(f'`rows_fn` must be callable as rows_fn(start, stop); '
-                      f'got a {type(rows_fn).__name__}. Pass a function returning rows '
-                      "start:stop, e.g. `lambda a, b: kernel_fn(x[a:b], x, "
-                      "'nngp')`.")
+                      f'got a {type(rows_fn).__name__}. Pass a function '
+                      'returning rows start:stop, e.g. `lambda a, b: '
+                      "kernel_fn(x[a:b], x, 'nngp')`.")
     if not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f'`n` must be a positive int; got {n!r}. Pass the '
                        'number of rows (and columns) of the kernel.')
