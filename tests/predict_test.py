@@ -415,6 +415,10 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
         r'train-train NTK'):
       predict.max_learning_rate(k[:, :4])
     with self.assertRaisesRegex(
+        ValueError, r'`trace_axes=\(2,\)` has 2, not an int axis of '
+        r'`y_train` of shape \(5, 1\): pass int axes in \[-2, 2\)'):
+      predict.gradient_descent_mse(k, y_train, trace_axes=(2,))
+    with self.assertRaisesRegex(
         ValueError, r'scalar of shape \(\)\. Pass an array of shape'):
       predict.gradient_descent_mse(k, jnp.float32(1.))
     with self.assertRaisesRegex(

@@ -48,9 +48,9 @@ def output_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
   axes = (trace_axes,) if isinstance(trace_axes, int) else tuple(trace_axes)
   for axis in axes:
     if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-      raise ValueError(f'`trace_axes={trace_axes}` is out of range for '
-                       f'`y_train` of shape {y_train.shape}: pass axes in '
-                       f'[{-ndim}, {ndim}).')
+      raise ValueError(f'`trace_axes={trace_axes}` has {axis!r}, not an int '
+                       f'axis of `y_train` of shape {y_train.shape}: pass int '
+                       f'axes in [{-ndim}, {ndim}).')
   traced = tuple(sorted({int(axis) % ndim for axis in axes}))
   untraced = tuple(i for i in range(1, ndim) if i not in traced)
   return OutputLayout(untraced, traced)
