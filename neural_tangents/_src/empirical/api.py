@@ -399,7 +399,9 @@ def taylor_expand(f: Callable[..., PyTree], params: PyTree,
     Array(2.5, dtype=float32, weak_type=True)
   """
   if not isinstance(degree, (int, np.integer)) or degree < 0:
-    raise ValueError(f'`degree={degree!r}` must be a non-negative int.')
+    raise ValueError(f'`degree={degree!r}` is not a non-negative int; pass '
+                     'the order of the expansion, e.g. `degree=2` (0 gives '
+                     'the constant `f(params)`, 1 gives `linearize`).')
 
   def f_tayl(p: PyTree, *args, **kwargs) -> PyTree:
     dparams = tree_util.tree_map(jnp.subtract, p, params)

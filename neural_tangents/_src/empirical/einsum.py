@@ -111,7 +111,9 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
     return jnp.einsum(*args, list(result))
   for a, letter in zip(arrays, letters):
     if a.ndim != len(letter):
-      raise ValueError(f'An operand of shape {a.shape} has letters {letter}.')
+      raise ValueError(
+          f'`operands_and_letters`: an operand of shape {a.shape} has '
+          f'letters {letter}; give one letter per dimension of the operand.')
   path, _ = _contraction_path(tuple(tuple(letter) for letter in letters),
                               tuple(tuple(a.shape) for a in arrays),
                               tuple(result))
