@@ -399,7 +399,8 @@ def _product_form(eqn: ir.Eqn, k: int,
   other = eqn.inputs[1 - k]
   other_letters = mask(ins[1 - k], other.shape)
   transform = jnp.reciprocal if eqn.name == 'div' else None
-  return y, (Factor(other, other_letters, transform, other_letters),), ins[k], 1.
+  factor = Factor(other, other_letters, transform, other_letters)
+  return y, (factor,), ins[k], 1.
 
 
 def _scaling_passes(eqn: ir.Eqn, k: int) -> Optional[float]:
