@@ -560,6 +560,36 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, 'get'):
       kernel_fn(normal(1, (4, 3)), None, 'ntkk', mlp_params())
 
+  @parameterized.parameters(-1, 1.5)
+  def test_taylor_expand_of_a_bad_degree(self, degree):
+    with self.assertRaisesRegex(ValueError, f'`degree={degree}` is not a '
+                                'non-negative int; pass .*`degree=2`'):
+      nt.taylor_expand(mlp, mlp_params(), degree)
+
+  @parameterized.named_parameters(
+      ('int_output', lambda p, x: mlp(p, x).astype(jnp.int32),
+       r'dtype int32.*floating-point outputs: cast the output in `f`'),
+      ('scalar_output', lambda p, x: mlp(p, x).sum(),
+       r'scalar output \(shape \(\)\).*return one value per example'),
+      ('structures', lambda p, x: ({'a': mlp(p, x)} if x.shape[0] == 4 else
+                                   [mlp(p, x)]),
+       r'different structures, .*and .*make `f` return the same pytree'))
+  def test_outputs_without_a_kernel(self, f, message):
+    with self.assertRaisesRegex(ValueError, message):
+      nt.empirical_ntk_fn(f)(normal(1, (4, 3)), normal(2, (2, 3)),
+                             mlp_params())
+
+  def test_vmap_axes_of_kwargs_and_outputs(self):
+    x = normal(1, (4, 3))
+    f = lambda p, x, z: mlp(p, x) * z
+    with self.assertRaisesRegex(ValueError, r'`kwargs_axes` is \[0\], not None'
+                                r'.*pass e\.g\. `vmap_axes=\(0, 0, '):
+      nt.empirical_ntk_fn(f, vmap_axes=(0, 0, [0]))(x, None, mlp_params(),
+                                                    z=1.)
+    with self.assertRaisesRegex(ValueError, r'`out_axes` contains None; '
+                                r'give each output leaf its batch axis'):
+      nt.empirical_ntk_fn(mlp, vmap_axes=(0, None))(x, None, mlp_params())
+
 
 class ApplyFnArgumentTest(absltest.TestCase):
 

@@ -11,9 +11,6 @@ from neural_tangents._src.stax import requirements
 from tests import test_utils
 from tests import upstream_reference
 
-_MC_TOL = 0.05  # relative to the kernel's largest entry.
-
-
 def _graphs(n, nodes=(4,), n_chan=3, seed=1):
   """Node features `(n, *nodes, C)` and random dense weights `(n, *S, *S)`."""
   kx, kp = jax.random.split(jax.random.PRNGKey(seed))
@@ -176,12 +173,14 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     _, ntk = test_utils.monte_carlo_kernels(
         init_fn, apply_fn, x, x, 24, key, batch_size=8,
         apply_kwargs=apply_kwargs)
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp),
+                    test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk),
+                    test_utils.MC_TOL)
     # A kernel ignoring the graph is far off.
     k_no_graph = kernel_fn(x, x, 'nngp')
     self.assertGreater(test_utils.relative_error(nngp, k_no_graph),
-                       2 * _MC_TOL)
+                       2 * test_utils.MC_TOL)
 
   def test_masked_matches_monte_carlo_and_smaller_graphs(self):
     # Graphs padded to 5 nodes: masked nodes neither send nor receive.
@@ -203,8 +202,10 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     _, ntk = test_utils.monte_carlo_kernels(
         init_fn, values, masked, masked, 24, key, batch_size=8,
         apply_kwargs=apply_kwargs)
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp),
+                    test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk),
+                    test_utils.MC_TOL)
     # Graph 1 (3 nodes): as if its padding did not exist.
     small = counts[1:2, :3, :3]
     _, _, kernel_fn_dense = stax.serial(

@@ -37,7 +37,6 @@ the layout it has without it: the batch axis is an output axis like the
 others (its pair `(N1, N2)` sits at its place among the output axes), and
 may be traced or diagonal.
 """
-import enum
 import functools
 import math
 from typing import Any, Callable, Optional, Union
@@ -48,12 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.empirical import auto
-from neural_tangents._src.empirical import jacobian_contraction as jacobian_lib
+from neural_tangents._src.empirical import einsum as einsum_lib
+from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.empirical import rng as rng_lib
 from neural_tangents._src.empirical import structured_kernels
-from neural_tangents._src.empirical import vector_products as vector_products_lib
+from neural_tangents._src.empirical.implementations import NtkImplementation
 from neural_tangents._src.empirical.problem import ApplyFn
 from neural_tangents._src.empirical.problem import VMapAxes
 from neural_tangents._src.empirical.rng import takes_rng_pairs
@@ -62,32 +62,7 @@ from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Axes, PyTree
 
 
-class NtkImplementation(enum.IntEnum):
-  """How `empirical_ntk_fn` computes the NTK (all give the same answer).
-
-  Attributes:
-    AUTO: estimate the cost of each implementation (XLA cost analysis of
-      the compiled candidates, at these input shapes) and use the cheapest.
-    JACOBIAN_CONTRACTION: materialize Jacobians and contract them.
-    NTK_VECTOR_PRODUCTS: apply `J(x1) J(x2)^T` to a basis by VJPs and JVPs.
-    STRUCTURED_DERIVATIVES: contract layer inputs and output cotangents
-      using the structure of each layer's Jacobian.
-  """
-  AUTO = 0
-  JACOBIAN_CONTRACTION = 1
-  NTK_VECTOR_PRODUCTS = 2
-  STRUCTURED_DERIVATIVES = 3
-
-
 DEFAULT_NTK_IMPLEMENTATION = NtkImplementation.JACOBIAN_CONTRACTION
-
-
-_IMPLEMENTATIONS = {
-    NtkImplementation.JACOBIAN_CONTRACTION: jacobian_lib.jacobian_contraction,
-    NtkImplementation.NTK_VECTOR_PRODUCTS: vector_products_lib.vector_products,
-    NtkImplementation.STRUCTURED_DERIVATIVES:
-        structured_kernels.structured_derivatives,
-}
 
 
 def empirical_ntk_fn(
@@ -166,7 +141,7 @@ def empirical_ntk_fn(
           problem, other, param_leaves, data1, data2,
           problem_lib.static_kwargs_key(apply_fn_kwargs), choices)
     else:
-      fn = _IMPLEMENTATIONS[implementation]
+      fn = implementations.implementation(implementation).kernel_fn
       if vmap_axes is None:
         problem = _per_example_where_equivalent(
             setup, problem, param_leaves, data1, data2,
@@ -250,8 +225,8 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
     for leaf1, leaf2 in zip(leaves1, leaves2):
       layout = layout_lib.KernelLayout.build(leaf1.ndim, 0, trace_axes,
                                              diagonal_axes, per_example=False)
-      letters = layout_lib.kernel_letters(layout, layout_lib.Letters())
-      kernel = layout_lib.einsum((leaf1, letters.out1), (leaf2, letters.out2),
+      letters = layout_lib.kernel_letters(layout, einsum_lib.Letters())
+      kernel = einsum_lib.einsum((leaf1, letters.out1), (leaf2, letters.out2),
                                  result=letters.result)
       kernels.append(kernel / layout_lib.trace_size(layout, leaf1.shape))
     return tree_util.tree_unflatten(treedef, kernels)
@@ -424,7 +399,9 @@ def taylor_expand(f: Callable[..., PyTree], params: PyTree,
     Array(2.5, dtype=float32, weak_type=True)
   """
   if not isinstance(degree, (int, np.integer)) or degree < 0:
-    raise ValueError(f'`degree={degree!r}` must be a non-negative int.')
+    raise ValueError(f'`degree={degree!r}` is not a non-negative int; pass '
+                     'the order of the expansion, e.g. `degree=2` (0 gives '
+                     'the constant `f(params)`, 1 gives `linearize`).')
 
   def f_tayl(p: PyTree, *args, **kwargs) -> PyTree:
     dparams = tree_util.tree_map(jnp.subtract, p, params)

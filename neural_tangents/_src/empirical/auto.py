@@ -3,8 +3,9 @@
 Each candidate (Jacobian contraction, NTK-vector products, structured
 derivatives in every mode that can be planned) is lowered at the call's
 shapes, and XLA's cost analysis gives its FLOPs and bytes accessed; the
-cost `FLOPs + FLOPS_PER_BYTE * bytes`, divided by the measured speedups
-below, picks the winner, cached per shapes and static keyword arguments.
+cost `FLOPs + FLOPS_PER_BYTE * bytes`, divided by the measured speedup in
+each implementation's record (`implementations.REGISTRY`), picks the
+winner, cached per shapes and static keyword arguments.
 
 The formulation can switch too (`other_formulation`): with `vmap_axes=0`
 the whole-batch formulation gives the same kernel, and without `vmap_axes`
@@ -14,7 +15,6 @@ interact and `f` is the same program at every batch size
 ("Formulation switching"): without it, AUTO with `vmap_axes=None` ran
 25-66x slower on the stax networks of `benchmarks/empirical_ntk.py`.
 """
-import functools
 import math
 from typing import Callable, Optional
 
@@ -24,12 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.empirical import batch_size_independence
-from neural_tangents._src.empirical import jacobian_contraction as jacobian_lib
+from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.empirical import structured
 from neural_tangents._src.empirical import structured_kernels
-from neural_tangents._src.empirical import vector_products as vector_products_lib
 
 # XLA's cost analysis counts FLOPs and bytes accessed; a byte costs about as
 # much time as this many FLOPs. The measured peaks bound it from above:
@@ -40,35 +39,13 @@ from neural_tangents._src.empirical import vector_products as vector_products_li
 # of its own.
 FLOPS_PER_BYTE = 8.
 
-# Structured derivatives spend their FLOPs in a few large matrix products,
-# which run several times faster per FLOP than the per-example convolution
-# transposes and small backward passes of the other implementations; their
-# estimated cost is divided by this. At equal vmap_axes they are the fastest
-# measured cell every time, e.g. (RESULTS.md, Empirical NTK)
-#   "| cnn | STRUCTURED_DERIVATIVES | 0 | 40.06x | 40.66x | 42.29x |"
-#   "| cnn | JACOBIAN_CONTRACTION | 0 | 7.08x | 5.88x | 6.93x |"
-# so the factor only breaks near-ties of the estimate in their favour.
-STRUCTURED_SPEEDUP = 2.
+# The weights of the implementations (structured derivatives' measured
+# speedups) are in their records, `implementations.REGISTRY`.
 
-# Per-example structured derivatives (under `vmap`) against the same
-# contractions on the whole batch (`SEPARABLE`), at about equal estimated
-# cost: near-ties go to the per-example ones. Set from quiet-machine runs of
-# `entk_bench.py` (per-example 1.06-1.33x faster on fcn_full, 1.23-1.53x on
-# cnn); the in-repository measurement is below its noise (RESULTS.md,
-# Formulation switching):
-#   "| resnet | 0.03135 | 0.04036 |"  (structured_separable, _example)
-#   "| fcn_repeat | 0.00108 | 0.00109 |"
-# so the factor stays small: it only breaks near-ties.
-EXAMPLE_SPEEDUP = 1.1
-
-
-def structured_name(mode: structured.Mode) -> str:
-  """The candidate name of structured derivatives in `mode`."""
-  return f'structured_{mode.value}'
-
-
-SEPARABLE = structured_name(structured.Mode.SEPARABLE)
-EXAMPLE = structured_name(structured.Mode.EXAMPLE)
+_STRUCTURED = implementations.implementation(
+    implementations.NtkImplementation.STRUCTURED_DERIVATIVES)
+SEPARABLE = _STRUCTURED.candidate_name(structured.Mode.SEPARABLE)
+EXAMPLE = _STRUCTURED.candidate_name(structured.Mode.EXAMPLE)
 
 
 def structured_modes(problem: problem_lib.Problem) -> list[structured.Mode]:
@@ -83,19 +60,25 @@ def structured_modes(problem: problem_lib.Problem) -> list[structured.Mode]:
 
 def candidates(problem: problem_lib.Problem, params: list, data1: list,
                data2: list) -> dict[str, Callable]:
-  """The implementations AUTO compares, for this problem, by name."""
-  found = {
-      'jacobian_contraction': jacobian_lib.jacobian_contraction,
-      'ntk_vector_products': vector_products_lib.vector_products,
-  }
-  for mode in structured_modes(problem):
-    try:
-      plan, _ = structured_kernels.plan_structured(problem, params, data1,
-                                                   data2, mode)
-    except structured.Unsupported:
+  """The implementations AUTO compares, for this problem, by name.
+
+  One candidate per record of `implementations.REGISTRY`, or, for a record
+  with modes, one per mode of `structured_modes(problem)` it can be planned
+  in.
+  """
+  found = {}
+  for record in implementations.REGISTRY:
+    if record.planned is None:
+      found[record.candidate_name()] = record.kernel_fn
       continue
-    found[structured_name(mode)] = functools.partial(
-        structured_kernels.planned_structured, plan, mode)
+    for mode in structured_modes(problem):
+      if mode not in record.modes:
+        continue
+      try:
+        found[record.candidate_name(mode)] = record.planned(
+            problem, params, data1, data2, mode)
+      except structured.Unsupported:
+        continue
   return found
 
 
@@ -113,11 +96,8 @@ def estimated_cost(fn: Callable, problem: problem_lib.Problem, params: list,
 
 
 def _weighted_cost(name: str, cost: float) -> float:
-  if name.startswith('structured'):
-    cost /= STRUCTURED_SPEEDUP
-  if name == EXAMPLE:
-    cost /= EXAMPLE_SPEEDUP
-  return cost
+  """The cost divided by the candidate's speedup (its record's weight)."""
+  return cost / implementations.CANDIDATE_SPEEDUPS[name]
 
 
 def _fallback(problem: problem_lib.Problem, params: list, data1: list,

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.empirical import einsum as einsum_lib
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.utils.typing import Array
@@ -44,7 +45,7 @@ def jacobian_contraction(problem: problem_lib.Problem, params: list,
   kernels = []
   for leaf, (layout, shape) in enumerate(zip(problem.layouts,
                                              problem.result_shapes)):
-    letters = layout_lib.Letters()
+    letters = einsum_lib.Letters()
     kernel_letters = layout_lib.kernel_letters(layout, letters)
     lead1 = (([kernel_letters.example1] if per_example else []) +
              list(kernel_letters.out1))
@@ -53,7 +54,7 @@ def jacobian_contraction(problem: problem_lib.Problem, params: list,
     kernel = jnp.zeros(shape, _result_type(jacobians1[leaf]))
     for jacobian1, jacobian2 in zip(jacobians1[leaf], jacobians2[leaf]):
       param_letters = letters.many(jacobian1.ndim - len(lead1))
-      kernel += layout_lib.einsum((jacobian1, lead1 + param_letters),
+      kernel += einsum_lib.einsum((jacobian1, lead1 + param_letters),
                                   (jacobian2, lead2 + param_letters),
                                   result=kernel_letters.result)
     out_shape = problem.sides[0].out_shapes[leaf]

@@ -23,11 +23,7 @@ from typing import Optional, Sequence
 
 import jax.numpy as jnp
 
-# The einsum and its letters live with structured derivatives; imported
-# back so that `layout.einsum`, `layout.einsum_cost`, `layout.Letters` work.
-from neural_tangents._src.empirical.structured.einsum import einsum  # pylint: disable=unused-import
-from neural_tangents._src.empirical.structured.einsum import einsum_cost  # pylint: disable=unused-import
-from neural_tangents._src.empirical.structured.einsum import Letters
+from neural_tangents._src.empirical.einsum import Letters
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.typing import Array
 

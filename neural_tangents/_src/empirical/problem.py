@@ -370,8 +370,12 @@ def setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
 
   if tree_util.tree_structure(out_trees[0]) != tree_util.tree_structure(
       out_trees[1]):
-    raise ValueError('`f(params, x1)` and `f(params, x2)` return outputs of '
-                     'different structures; the kernel pairs their leaves.')
+    raise ValueError(
+        '`f(params, x1)` and `f(params, x2)` return outputs of different '
+        f'structures, {tree_util.tree_structure(out_trees[0])} and '
+        f'{tree_util.tree_structure(out_trees[1])}; the kernel pairs their '
+        'leaves, so make `f` return the same pytree structure for `x1` and '
+        '`x2`.')
   layouts, result_shapes, placements = [], [], []
   (side1, out_axes), (side2, _) = sides
   outputs = tree_util.tree_leaves(out_trees[0])
@@ -433,10 +437,13 @@ def _check_outputs(outputs: Sequence[Any]) -> None:
   for output in outputs:
     if not jnp.issubdtype(output.dtype, jnp.inexact):
       raise ValueError(f'`f` returned an output of dtype {output.dtype}; the '
-                       'empirical kernels need floating-point outputs.')
+                       'empirical kernels need floating-point outputs: cast '
+                       "the output in `f`, e.g. `out.astype('float32')`.")
     if output.ndim == 0:
-      raise ValueError('`f` returned a scalar output; every output needs a '
-                       'batch axis (axis 0, or the one given by `vmap_axes`).')
+      raise ValueError('`f` returned a scalar output (shape ()); every '
+                       'output needs a batch axis (axis 0, or the one given '
+                       'by `vmap_axes`): return one value per example, e.g. '
+                       'of shape `(batch_size, 1)`.')
 
 
 def _input_axes(vmap_axes: VMapAxes, x: PyTree,
@@ -474,8 +481,10 @@ def _input_axes(vmap_axes: VMapAxes, x: PyTree,
   if kwargs_spec is None or isinstance(kwargs_spec, (int, np.integer)):
     kwargs_spec = {name: kwargs_spec for name in kwargs}
   if not isinstance(kwargs_spec, dict):
-    raise ValueError(f'`vmap_axes={vmap_axes!r}`: `kwargs_axes` must be None, '
-                     'an int, or a dict from keyword name to axis.')
+    raise ValueError(f'`vmap_axes={vmap_axes!r}`: `kwargs_axes` is '
+                     f'{kwargs_spec!r}, not None, an int, or a dict from '
+                     'keyword name to axis; pass e.g. '
+                     "`vmap_axes=(0, 0, {'mask': 0})`.")
   kwarg_axes = []
   for name, value in kwargs.items():
     leaves = tree_util.tree_leaves(value)
@@ -496,7 +505,8 @@ def _output_axes(vmap_axes: VMapAxes, out_tree: PyTree) -> list:
                           out_leaves)]
   if any(a is None for a in axes):
     raise ValueError(f'`vmap_axes={vmap_axes!r}`: every output leaf needs a '
-                     'batch axis; `out_axes` cannot contain None.')
+                     'batch axis, but `out_axes` contains None; give each '
+                     'output leaf its batch axis in `out_axes`.')
   return axes
 
 

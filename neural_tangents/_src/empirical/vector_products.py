@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.empirical import einsum as einsum_lib
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.utils.typing import Array
@@ -62,10 +63,10 @@ def vector_products(problem: problem_lib.Problem, params: list, data1: list,
                                 axis=len(lead))
     rows = rows.reshape(lead + tuple(shape2) + rows.shape[len(lead) + 1:])
     start += size
-    kernel_letters = layout_lib.kernel_letters(layout, layout_lib.Letters())
+    kernel_letters = layout_lib.kernel_letters(layout, einsum_lib.Letters())
     example1 = [kernel_letters.example1] if per_example else []
     example2 = [kernel_letters.example2] if per_example else []
-    kernel = layout_lib.einsum(
+    kernel = einsum_lib.einsum(
         (rows, example2 + list(kernel_letters.out2) + example1 +
          list(kernel_letters.out1)), result=kernel_letters.result)
     kernels.append(kernel / layout_lib.trace_size(layout, shape1))

@@ -97,7 +97,7 @@ class NoFallbackTest(test_utils.NeuralTangentsTestCase):
   def test_plans_every_leaf_lazily(self, name, mode):
     shape, build = _NETWORKS[name]
     apply_fn, params = build(shape)
-    x = jax.random.normal(jax.random.PRNGKey(2), shape)
+    x, _ = test_utils.random_inputs(shape, shape, seed=2)
     plan = _plan(apply_fn, params, x, structured.Mode(mode))
     self.assertEqual(plan.materialized, ())
     lazy_leaves = {s.leaf for s in plan.lazy} | {
@@ -111,8 +111,7 @@ class NoFallbackTest(test_utils.NeuralTangentsTestCase):
     # tests/empirical_test.py).
     shape, build = _NETWORKS[name]
     apply_fn, params = build(shape)
-    x1 = jax.random.normal(jax.random.PRNGKey(2), shape)
-    x2 = jax.random.normal(jax.random.PRNGKey(3), (2,) + shape[1:])
+    x1, x2 = test_utils.random_inputs(shape, (2,) + shape[1:], seed=2)
     kernels = [
         nt.empirical_ntk_fn(apply_fn, implementation=implementation)(
             x1, x2, params)

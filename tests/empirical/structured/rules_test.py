@@ -5,6 +5,7 @@ from jax import lax
 from jax.extend import core as jex_core
 import jax.numpy as jnp
 
+from neural_tangents._src.empirical import einsum
 from neural_tangents._src.empirical.structured import program
 from neural_tangents._src.empirical.structured import rules
 from tests import test_utils
@@ -75,6 +76,26 @@ class RulesTest(test_utils.NeuralTangentsTestCase):
         eqn, = jax.make_jaxpr(fn)(x).eqns
         self.assertTrue(rules.is_call(eqn.primitive.name, kind),
                         eqn.primitive.name)
+
+  def test_sub_form_carries_its_sign(self):
+    # `d(a - b)/db = -1` is the record's, not the planner's, knowledge.
+    avals = [[jax.ShapeDtypeStruct((3,), jnp.float32)]] * 2
+    p = program.trace_program(lambda a, b: [a[0] - b[0]], *avals)
+    eqn, = p.eqns
+    form = rules.rule('sub').jacobian_form
+    self.assertEqual(form(eqn, 0, einsum.Letters())[3], 1.)
+    self.assertEqual(form(eqn, 1, einsum.Letters())[3], -1.)
+
+  def test_short_scans_expand_long_ones_stay_whole(self):
+    def scanned(length):
+      def fn(a):
+        step = lambda c, w: (jnp.tanh(c * w), None)
+        return [lax.scan(step, a[0], jnp.ones(length, jnp.float32))[0]]
+      return {e.name for e in program.trace_program(
+          fn, [jax.ShapeDtypeStruct((), jnp.float32)]).eqns}
+    self.assertNotIn('scan', scanned(3))
+    self.assertIn('tanh', scanned(3))
+    self.assertIn('scan', scanned(rules.MAX_UNROLLED_SCAN + 1))
 
   def test_unit_reshape_letters_both_ways(self):
     self.assertEqual(rules.unit_reshape_letters((3, 1, 4), (3, 4),

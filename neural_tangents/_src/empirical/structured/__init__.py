@@ -1,10 +1,11 @@
 """STRUCTURED_DERIVATIVES: NTKs from the structure of primitives' derivatives.
 
 The pipeline (docs/dev/structured_derivatives.md): `program` traces `f` into
-a flat program; `separability` proves its examples independent; `plan`
-finds where parameters enter, with one record per primitive in `rules`;
-`contraction` computes each side's values (cotangents, possibly as `tails`)
-and contracts them with `einsum` into kernels.
+a flat program (its types in `ir`); `separability` proves its examples
+independent; `plan` finds where parameters enter, with one record per
+primitive in `rules`; `contraction` computes each side's values (cotangents,
+possibly as `tails`) and contracts them (`Factor`s, `factor`) with
+`empirical/einsum.py` into kernels.
 
 What the rest of `empirical` uses; everything else is internal to this
 subpackage.

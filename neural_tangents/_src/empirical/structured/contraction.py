@@ -21,15 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.empirical import layout as layout_lib
+from neural_tangents._src.empirical.einsum import einsum
+from neural_tangents._src.empirical.einsum import einsum_cost
+from neural_tangents._src.empirical.einsum import einsum_into
+from neural_tangents._src.empirical.einsum import Letter
+from neural_tangents._src.empirical.einsum import Letters
+from neural_tangents._src.empirical.einsum import squeeze_units
+from neural_tangents._src.empirical.structured import ir
 from neural_tangents._src.empirical.structured import program as prog
 from neural_tangents._src.empirical.structured import rules
 from neural_tangents._src.empirical.structured import tails as tails_lib
-from neural_tangents._src.empirical.structured.einsum import einsum
-from neural_tangents._src.empirical.structured.einsum import einsum_cost
-from neural_tangents._src.empirical.structured.einsum import einsum_into
-from neural_tangents._src.empirical.structured.einsum import Letter
-from neural_tangents._src.empirical.structured.einsum import Letters
-from neural_tangents._src.empirical.structured.einsum import squeeze_units
 from neural_tangents._src.empirical.structured.plan import Chain
 from neural_tangents._src.empirical.structured.plan import Form
 from neural_tangents._src.empirical.structured.plan import Group
@@ -154,7 +155,7 @@ def value_axes(plan: Plan, side: int) -> dict[str, Any]:
                 for key, tails in plan.tails.items()}}
 
 
-def _materialization_atoms(plan: Plan, side: int) -> list[prog.Atom]:
+def _materialization_atoms(plan: Plan, side: int) -> list[ir.Atom]:
   side_plan = plan.sides[side]
   atoms = []
   for _, ids in plan.materialized:
@@ -251,7 +252,7 @@ def _generic_jacobian(site: Site, g: list[Optional[list[Array]]],
   def apply(a):
     ins = list(in_values)
     ins[k] = a
-    return prog.bind(eqn, ins)
+    return ir.bind(eqn, ins)
 
   _, pull = jax.vjp(apply, in_values[k])
   results = []

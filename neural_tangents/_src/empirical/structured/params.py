@@ -16,9 +16,7 @@ from typing import Any, Optional, Sequence
 
 from jax.extend import core as jex_core
 
-# `program` reads `scan` parameters here while it is being imported: the
-# annotations below are strings so that they are not evaluated then.
-from neural_tangents._src.empirical.structured import program  # pylint: disable=unused-import
+from neural_tangents._src.empirical.structured import ir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +33,7 @@ class DotDimensions:
             (self.rhs_contracting, self.rhs_batch))
 
 
-def dot_general_dimensions(eqn: 'program.Eqn') -> DotDimensions:
+def dot_general_dimensions(eqn: ir.Eqn) -> DotDimensions:
   (lc, rc), (lb, rb) = eqn.params['dimension_numbers']
   return DotDimensions(tuple(lc), tuple(rc), tuple(lb), tuple(rb))
 
@@ -59,7 +57,7 @@ class Convolution:
   batch_group_count: int
 
 
-def convolution(eqn: 'program.Eqn') -> Convolution:
+def convolution(eqn: ir.Eqn) -> Convolution:
   p = eqn.params
   dn = p['dimension_numbers']
   return Convolution(
@@ -79,7 +77,7 @@ class ReduceWindow:
   window_dilation: tuple[int, ...]
 
 
-def reduce_window(eqn: 'program.Eqn') -> ReduceWindow:
+def reduce_window(eqn: ir.Eqn) -> ReduceWindow:
   p = eqn.params
   ones = (1,) * len(p['window_dimensions'])
   return ReduceWindow(tuple(p['window_dimensions']), tuple(p['window_strides']),
@@ -99,7 +97,7 @@ class Slice:
     return all(s in (None, 1) for s in (self.strides or ()))
 
 
-def slice_bounds(eqn: 'program.Eqn') -> Slice:
+def slice_bounds(eqn: ir.Eqn) -> Slice:
   p = eqn.params
   strides = p['strides']
   return Slice(tuple(p['start_indices']), tuple(p['limit_indices']),
@@ -122,46 +120,46 @@ def scan(eqn_params: dict[str, Any]) -> Scan:
               p['jaxpr'])
 
 
-def broadcast_dimensions(eqn: 'program.Eqn') -> tuple[int, ...]:
+def broadcast_dimensions(eqn: ir.Eqn) -> tuple[int, ...]:
   """Of `broadcast_in_dim`: the output dimension of each input dimension."""
   return tuple(eqn.params['broadcast_dimensions'])
 
 
-def transpose_permutation(eqn: 'program.Eqn') -> tuple[int, ...]:
+def transpose_permutation(eqn: ir.Eqn) -> tuple[int, ...]:
   """Of `transpose`: output dimension `j` is input dimension `perm[j]`."""
   return tuple(eqn.params['permutation'])
 
 
-def reduction_axes(eqn: 'program.Eqn') -> tuple[int, ...]:
+def reduction_axes(eqn: ir.Eqn) -> tuple[int, ...]:
   """Of `reduce_sum`, `reduce_max`, `argmax`, ...: the reduced axes."""
   return tuple(eqn.params['axes'])
 
 
-def squeezed_dimensions(eqn: 'program.Eqn') -> tuple[int, ...]:
+def squeezed_dimensions(eqn: ir.Eqn) -> tuple[int, ...]:
   return tuple(eqn.params['dimensions'])
 
 
-def reshape_dimensions(eqn: 'program.Eqn') -> Optional[tuple[int, ...]]:
+def reshape_dimensions(eqn: ir.Eqn) -> Optional[tuple[int, ...]]:
   """Of `reshape`: the transpose applied first, None for none."""
   dims = eqn.params.get('dimensions')
   return None if dims is None else tuple(dims)
 
 
-def reversed_dimensions(eqn: 'program.Eqn') -> tuple[int, ...]:
+def reversed_dimensions(eqn: ir.Eqn) -> tuple[int, ...]:
   """Of `rev`."""
   return tuple(eqn.params['dimensions'])
 
 
-def padding_config(eqn: 'program.Eqn') -> tuple[tuple[int, int, int], ...]:
+def padding_config(eqn: ir.Eqn) -> tuple[tuple[int, int, int], ...]:
   """Of `pad`: `(low, high, interior)` per dimension."""
   return tuple(tuple(c) for c in eqn.params['padding_config'])
 
 
-def concatenate_dimension(eqn: 'program.Eqn') -> int:
+def concatenate_dimension(eqn: ir.Eqn) -> int:
   return eqn.params['dimension']
 
 
-def axis(eqn: 'program.Eqn') -> int:
+def axis(eqn: ir.Eqn) -> int:
   """Of `cumsum` (and other cumulative ones), `stack` and `splitting`."""
   return eqn.params['axis']
 

@@ -39,13 +39,13 @@ import enum
 import itertools
 from typing import Optional, Sequence, Union
 
-from neural_tangents._src.empirical.structured import program as prog
+from neural_tangents._src.empirical.einsum import Letter
+from neural_tangents._src.empirical.einsum import Letters
+from neural_tangents._src.empirical.einsum import mask
+from neural_tangents._src.empirical.structured import ir
 from neural_tangents._src.empirical.structured import rules
 from neural_tangents._src.empirical.structured import tails as tails_lib
-from neural_tangents._src.empirical.structured.einsum import Factor
-from neural_tangents._src.empirical.structured.einsum import Letter
-from neural_tangents._src.empirical.structured.einsum import Letters
-from neural_tangents._src.empirical.structured.einsum import mask
+from neural_tangents._src.empirical.structured.factor import Factor
 from neural_tangents._src.utils.typing import Array
 
 
@@ -75,30 +75,30 @@ class Chain:
       (all its other inputs are constants).
   """
   leaf: int
-  eqns: tuple[prog.Eqn, ...] = ()
+  eqns: tuple[ir.Eqn, ...] = ()
   positions: tuple[int, ...] = ()
 
-  def then(self, eqn: prog.Eqn, position: int) -> 'Chain':
+  def then(self, eqn: ir.Eqn, position: int) -> 'Chain':
     return Chain(self.leaf, self.eqns + (eqn,), self.positions + (position,))
 
   def apply(self, leaf_value: Array) -> Array:
     """Recomputes the chain value from the leaf's value."""
     value = leaf_value
     for eqn, k in zip(self.eqns, self.positions):
-      ins = [a.value if isinstance(a, prog.Const) else None
+      ins = [a.value if isinstance(a, ir.Const) else None
              for a in eqn.inputs]
       ins[k] = value
-      value, = prog.bind(eqn, ins)
+      value, = ir.bind(eqn, ins)
     return value
 
 
-def _is_chain_op(eqn: prog.Eqn, k: int) -> bool:
+def _is_chain_op(eqn: ir.Eqn, k: int) -> bool:
   """Whether `eqn` continues a chain through its input `k`."""
   rule = rules.rule(eqn.name)
   return (rule is not None and rule.linear_in is not None and
           rule.linear_in(eqn, k) and len(eqn.outputs) == 1 and
           rules.inexact(eqn.outputs[0]) and
-          all(isinstance(a, prog.Const) for i, a in enumerate(eqn.inputs)
+          all(isinstance(a, ir.Const) for i, a in enumerate(eqn.inputs)
               if i != k))
 
 
@@ -168,12 +168,12 @@ class Site:
   """Where a chain value is used: input `position` of `eqn`, or (if `eqn` is
   None) program output `position`."""
   chain: Chain
-  eqn: Optional[prog.Eqn]
+  eqn: Optional[ir.Eqn]
   position: int
 
 
 # A perturbation point: an equation output, or a program output (by index).
-Target = Union[prog.Var, int]
+Target = Union[ir.Var, int]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -191,8 +191,8 @@ class Form:
   v_shape: tuple[int, ...]
 
 
-def _form(site: Site, program: prog.Program, consumers: dict[prog.Var, list],
-          uses: dict[prog.Var, int]) -> Optional[Form]:
+def _form(site: Site, program: ir.Program, consumers: dict[ir.Var, list],
+          uses: dict[ir.Var, int]) -> Optional[Form]:
   """The site's form, or None if only the generic rule applies."""
   letters = Letters()
   if site.eqn is None:
@@ -204,18 +204,17 @@ def _form(site: Site, program: prog.Program, consumers: dict[prog.Var, list],
            if rule is not None and rule.jacobian_form is not None else None)
   if found is None:
     return None
-  y, factors, v = found
+  y, factors, v, coefficient = found
   out = site.eqn.outputs[0]
   operand = site.eqn.inputs[site.position]
-  coefficient = -1. if site.eqn.name == 'sub' and site.position == 1 else 1.
   target, coefficient = _forward(out, coefficient, program, consumers, uses)
   return Form(target, coefficient, mask(y, out.shape), factors,
               mask(v, operand.shape), operand.shape)
 
 
-def _forward(var: prog.Var, coefficient: float, program: prog.Program,
-             consumers: dict[prog.Var, list], uses: dict[prog.Var, int]
-             ) -> tuple[prog.Var, float]:
+def _forward(var: ir.Var, coefficient: float, program: ir.Program,
+             consumers: dict[ir.Var, list], uses: dict[ir.Var, int]
+             ) -> tuple[ir.Var, float]:
   """Moves a target through sums it alone feeds: `d(y + b)/dy = I`.
 
   A dense layer's `x W` then shares its cotangent with its bias `+ b`, so
@@ -244,7 +243,7 @@ def _forward(var: prog.Var, coefficient: float, program: prog.Program,
 @dataclasses.dataclass(eq=False)
 class SidePlan:
   """One side's program, its sites and their forms (`None`: generic)."""
-  program: prog.Program
+  program: ir.Program
   sites: list[Site]
   forms: list[Optional[Form]]
   site_keys: list[tuple]
@@ -253,18 +252,18 @@ class SidePlan:
   leaf_letters: list[Optional[LeafLetters]]
   # Letter of the example axis in each form (SEPARABLE mode only).
   example_letters: list[Letter]
-  eqn_index: dict[prog.Eqn, int]
-  consumers: dict[prog.Var, list]
-  batch_axes: Optional[dict[prog.Var, Optional[int]]]
+  eqn_index: dict[ir.Eqn, int]
+  consumers: dict[ir.Var, list]
+  batch_axes: Optional[dict[ir.Var, Optional[int]]]
   n_params: int
-  output_keys: dict[prog.Var, tuple]
+  output_keys: dict[ir.Var, tuple]
 
-  def shared(self, atom: prog.Atom) -> bool:
+  def shared(self, atom: ir.Atom) -> bool:
     """Whether a value is the same for all examples (a constant or param)."""
-    return isinstance(atom, prog.Const) or any(
+    return isinstance(atom, ir.Const) or any(
         atom is v for v in self.program.inputs[:self.n_params])
 
-  def target_var(self, target: Target) -> prog.Atom:
+  def target_var(self, target: Target) -> ir.Atom:
     return self.program.outputs[target] if isinstance(target, int) else target
 
   def key(self, target: Target) -> tuple:
@@ -274,22 +273,22 @@ class SidePlan:
     return self.output_keys[target]
 
 
-def _plan_side(program: prog.Program, n_params: int, mode: Mode,
-               batch_axes: Optional[dict[prog.Var, Optional[int]]]
+def _plan_side(program: ir.Program, n_params: int, mode: Mode,
+               batch_axes: Optional[dict[ir.Var, Optional[int]]]
                ) -> SidePlan:
-  chains: dict[prog.Var, Chain] = {}
+  chains: dict[ir.Var, Chain] = {}
   for i in range(n_params):
     v = program.inputs[i]
     if rules.inexact(v):
       chains[v] = Chain(i)
-  consumers: dict[prog.Var, list] = {}
+  consumers: dict[ir.Var, list] = {}
   sites: list[Site] = []
   for eqn in program.eqns:
     for k, a in enumerate(eqn.inputs):
-      if isinstance(a, prog.Var):
+      if isinstance(a, ir.Var):
         consumers.setdefault(a, []).append((eqn, k))
     in_chain = [k for k, a in enumerate(eqn.inputs)
-                if isinstance(a, prog.Var) and a in chains]
+                if isinstance(a, ir.Var) and a in chains]
     if not in_chain:
       continue
     if len(in_chain) == 1 and _is_chain_op(eqn, in_chain[0]):
@@ -298,7 +297,7 @@ def _plan_side(program: prog.Program, n_params: int, mode: Mode,
     elif any(rules.inexact(v) for v in eqn.outputs):
       sites += [Site(chains[eqn.inputs[k]], eqn, k) for k in in_chain]
   for i, a in enumerate(program.outputs):
-    if isinstance(a, prog.Var) and a in chains:
+    if isinstance(a, ir.Var) and a in chains:
       sites.append(Site(chains[a], None, i))
 
   uses = program.uses()
@@ -319,21 +318,21 @@ def _plan_side(program: prog.Program, n_params: int, mode: Mode,
                   output_keys)
 
 
-def _example_letter(site: Site, form: Optional[Form], program: prog.Program,
-                    axes: dict[prog.Var, Optional[int]]) -> int:
+def _example_letter(site: Site, form: Optional[Form], program: ir.Program,
+                    axes: dict[ir.Var, Optional[int]]) -> int:
   """The form's letter for the example axis, checking it is well placed."""
   if form is None:
     raise Unsupported(f'no structure rule for {site.eqn.name}')
   target_var = (program.outputs[form.target] if isinstance(form.target, int)
                 else form.target)
-  axis = axes.get(target_var) if isinstance(target_var, prog.Var) else None
+  axis = axes.get(target_var) if isinstance(target_var, ir.Var) else None
   if axis is None or form.y[axis] is None:
     raise Unsupported('a site output does not depend on the batch')
   e = form.y[axis]
   if e in form.v:
     raise Unsupported('a parameter has a batch axis')
   for factor in form.factors:
-    a = axes.get(factor.atom) if isinstance(factor.atom, prog.Var) else None
+    a = axes.get(factor.atom) if isinstance(factor.atom, ir.Var) else None
     if a is not None and (factor.atom_letters is None or
                           factor.atom_letters[a] != e):
       raise Unsupported('a site input is batched along another axis')
@@ -370,7 +369,7 @@ class Plan:
   tails: dict[tuple, tuple[tails_lib.Tail, tails_lib.Tail]]
 
 
-def make_plan(programs: tuple[prog.Program, prog.Program], n_params: int,
+def make_plan(programs: tuple[ir.Program, ir.Program], n_params: int,
               mode: Mode,
               batch_axes: Sequence[Optional[dict]] = (None, None)) -> Plan:
   """Plans structured derivatives for two (structurally equal) programs.

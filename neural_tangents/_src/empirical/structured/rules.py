@@ -16,7 +16,14 @@ A `Rule` says, for one primitive,
   output's letters from input `k`'s, and the factors it multiplies by;
 * `batch_axis`: the batch axis of each output from those of the inputs
   (`separability.py`); it raises `NotSeparable` where examples would mix;
+* `expand`: the equations that replace it when a program is flattened
+  (`program.py`): a call's body, the steps of a short `scan`;
 * `elementwise`, `shape_dependent`, `call`: plain properties.
+
+The records are grouped by primitive family below (elementwise functions,
+sums, products, `select_n`, `dot_general`, convolutions, shape operations,
+reductions, slices and concatenations, windows, calls and loops, ...), each
+family's functions next to its records; `RULES` collects them all.
 
 A primitive without a record, or a field left None, takes the generic path:
 its Jacobian comes from its own VJP, and separability is not proven through
@@ -40,12 +47,12 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.empirical.einsum import Letter
+from neural_tangents._src.empirical.einsum import Letters
+from neural_tangents._src.empirical.einsum import mask
+from neural_tangents._src.empirical.structured import ir
 from neural_tangents._src.empirical.structured import params
-from neural_tangents._src.empirical.structured import program as prog
-from neural_tangents._src.empirical.structured.einsum import Factor
-from neural_tangents._src.empirical.structured.einsum import Letter
-from neural_tangents._src.empirical.structured.einsum import Letters
-from neural_tangents._src.empirical.structured.einsum import mask
+from neural_tangents._src.empirical.structured.factor import Factor
 from neural_tangents._src.utils.typing import Array
 
 BatchAxis = Optional[int]
@@ -67,8 +74,12 @@ class NotSeparable(Exception):
 
 # A step of a cotangent tail: `(output letters, factors, scale, products)`.
 TailStep = tuple[list, list, float, int]
-# A Jacobian form: `(output letters y, factors, letters v of input k)`.
-FormParts = tuple[list, tuple, list]
+# A Jacobian form: `(output letters y, factors, letters v of input k,
+# coefficient)`: `J[y, v] = coefficient * einsum(factors)`.
+FormParts = tuple[list, tuple, list, float]
+# `inline(jaxpr, consts, atoms)`: appends a jaxpr's equations on `atoms` to
+# the program being flattened and returns its outputs (`program.py`).
+Inline = Callable[[Any, Sequence[Any], Sequence[ir.Atom]], list[ir.Atom]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,19 +91,22 @@ class Rule:
     leaf_letters(eqn, k, output_letters) -> (input_letters, scale) or None
     leaf_region(eqn) -> (start, limit) or None: the chain starts with a
       contiguous slice of the leaf (a step of an unrolled `scan`).
-    jacobian_form(eqn, k, letters) -> (y, factors, v) or None
+    jacobian_form(eqn, k, letters) -> (y, factors, v, coefficient) or None
     passes_cotangent(eqn, k) -> scale or None
     tail_step(eqn, k, input_letters, letters) -> TailStep or None
     batch_axis(eqn, in_axes) -> output batch axes (raises NotSeparable)
+    expand(eqn_params, inputs, inline) -> outputs, or None to keep it whole
   """
   name: str
-  linear_in: Optional[Callable[[prog.Eqn, int], bool]] = None
+  linear_in: Optional[Callable[[ir.Eqn, int], bool]] = None
   leaf_letters: Optional[Callable[..., Optional[tuple[list, float]]]] = None
-  leaf_region: Optional[Callable[[prog.Eqn], Optional[tuple]]] = None
+  leaf_region: Optional[Callable[[ir.Eqn], Optional[tuple]]] = None
   jacobian_form: Optional[Callable[..., Optional[FormParts]]] = None
-  passes_cotangent: Optional[Callable[[prog.Eqn, int], Optional[float]]] = None
+  passes_cotangent: Optional[Callable[[ir.Eqn, int], Optional[float]]] = None
   tail_step: Optional[Callable[..., Optional[TailStep]]] = None
-  batch_axis: Optional[Callable[[prog.Eqn, list], list]] = None
+  batch_axis: Optional[Callable[[ir.Eqn, list], list]] = None
+  expand: Optional[Callable[[dict, Sequence[ir.Atom], Inline],
+                            Optional[list[ir.Atom]]]] = None
   elementwise: bool = False
   shape_dependent: bool = False
   call: Optional[str] = None
@@ -110,17 +124,16 @@ def is_call(name: str, kind: str) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Letters and constants shared by the rules.
+# Shared by the families: letters, constants, linearity, batch axes.
 # ---------------------------------------------------------------------------
 
-
-def inexact(a: prog.Atom) -> bool:
+def inexact(a: ir.Atom) -> bool:
   return jnp.issubdtype(a.dtype, jnp.inexact)
 
 
-def scalar_value(a: prog.Atom) -> Optional[float]:
+def scalar_value(a: ir.Atom) -> Optional[float]:
   """The value of a scalar constant, if it is a concrete number."""
-  if not isinstance(a, prog.Const) or a.shape != ():
+  if not isinstance(a, ir.Const) or a.shape != ():
     return None
   try:
     return float(np.asarray(a.value))
@@ -145,7 +158,7 @@ def unit_reshape_letters(from_shape: Sequence[int], to_shape: Sequence[int],
   return [None if s == 1 else next(kept) for s in to_shape]
 
 
-def broadcast_letters(eqn: prog.Eqn, y: Sequence[Letter]
+def broadcast_letters(eqn: ir.Eqn, y: Sequence[Letter]
                       ) -> list[tuple[Letter, ...]]:
   """Letters of each input of an elementwise equation with output letters `y`.
 
@@ -157,7 +170,306 @@ def broadcast_letters(eqn: prog.Eqn, y: Sequence[Letter]
                 for d in range(len(out))) for a in eqn.inputs]
 
 
-def dot_general_letters(eqn: prog.Eqn, k: int, operand: Sequence[Letter],
+def _linear_in_any(eqn: ir.Eqn, k: int) -> bool:
+  del eqn, k
+  return True
+
+
+def _linear_in_first(eqn: ir.Eqn, k: int) -> bool:
+  del eqn
+  return k == 0
+
+
+def _linear_in_only_input(eqn: ir.Eqn, k: int) -> bool:
+  del k
+  return len(eqn.inputs) == 1
+
+
+def _identity_back(scale: float):
+  return lambda eqn, k, out: (out, scale)
+
+
+def _same_shape(eqn: ir.Eqn, k: int) -> bool:
+  return tuple(eqn.inputs[k].shape) == tuple(eqn.outputs[0].shape)
+
+
+def require(condition: bool) -> None:
+  if not condition:
+    raise NotSeparable()
+
+
+def _batched(in_axes: list[BatchAxis]) -> list[tuple[int, int]]:
+  return [(i, a) for i, a in enumerate(in_axes) if a is not None]
+
+
+def _only_axis(in_axes: list[BatchAxis]) -> int:
+  (_, a), = _batched(in_axes)
+  return a
+
+
+def _common_axis(in_axes: list[BatchAxis]) -> int:
+  axes = {a for _, a in _batched(in_axes)}
+  require(len(axes) == 1)
+  return axes.pop()
+
+
+def _elementwise_axis(eqn, in_axes):
+  # Operands have the output's rank (with size-1 broadcasting) or are
+  # scalars; a batched operand must not be broadcast along its batch axis.
+  a = _common_axis(in_axes)
+  out = eqn.outputs[0].shape
+  for i, _ in _batched(in_axes):
+    shape = eqn.inputs[i].shape
+    require(len(shape) == len(out) and shape[a] == out[a])
+  return [a]
+
+
+def _dropping_axis(dims: Sequence[int], a: int) -> int:
+  """Axis `a` after dropping `dims` (which must not contain it)."""
+  require(a not in dims)
+  return a - sum(d < a for d in dims)
+
+
+def _keeps_axis(operated_on: Callable[[ir.Eqn], Sequence[int]],
+                find: Optional[Callable[[list], int]] = None):
+  """The batch-axis rule of a primitive acting along `operated_on(eqn)`.
+
+  The batch axis (found by `find`: the only batched input's by default) must
+  be another axis, and every output keeps it.
+  """
+  find = find or _only_axis
+
+  def batch_axis(eqn, in_axes):
+    a = find(in_axes)
+    require(a not in operated_on(eqn))
+    return [a] * len(eqn.outputs)
+
+  return batch_axis
+
+
+def _same_axes(eqn, in_axes):
+  del eqn
+  return list(in_axes)
+
+
+# ---------------------------------------------------------------------------
+# Elementwise functions: a diagonal factor f'(v) in cotangent tails.
+# ---------------------------------------------------------------------------
+
+def _elementwise_tail(eqn, k, letters, new):
+  """An elementwise `f` of input `k` alone: a diagonal factor `f'(v)`."""
+  del new
+  if not (_same_shape(eqn, k) and _is_elementwise(eqn, k)):
+    return None
+  derivative = functools.partial(_diagonal, eqn, k)
+  return letters, [Factor(eqn.inputs[k], tuple(letters), derivative)], 1., 0
+
+
+def _is_elementwise(eqn: ir.Eqn, k: int) -> bool:
+  """Whether `eqn` is an elementwise function of input `k` alone."""
+  others = [a for i, a in enumerate(eqn.inputs) if i != k]
+  if not all(isinstance(a, ir.Const) for a in others):
+    return False
+  r = rule(eqn.name)
+  if r is not None and r.elementwise:
+    return True
+  if is_call(eqn.name, CUSTOM) and not others:
+    body = params.call_body(eqn.params)
+    return body is not None and _elementwise_body(body[0],
+                                                  eqn.inputs[0].shape)
+  return False
+
+
+def _elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
+  """Whether a call's body applies elementwise functions to its input."""
+  for eqn in jaxpr.eqns:
+    r = rule(eqn.primitive.name)
+    if r is not None and r.elementwise:
+      ok = all(tuple(getattr(a.aval, 'shape', ())) in ((), shape)
+               for a in eqn.invars)
+    elif r is not None and r.call is not None:
+      body = params.call_body(eqn.params)
+      ok = body is not None and _elementwise_body(body[0], shape)
+    else:
+      ok = False
+    if not ok or any(tuple(v.aval.shape) != shape for v in eqn.outvars):
+      return False
+  return all(tuple(getattr(v.aval, 'shape', ())) == shape
+             for v in jaxpr.outvars)
+
+
+def _diagonal(eqn: ir.Eqn, k: int, value: Array) -> Array:
+  """`f'(v)` of an elementwise `f`: its JVP along a tangent of ones."""
+  ins = [a.value if isinstance(a, ir.Const) else None for a in eqn.inputs]
+
+  def f(a: Array) -> Array:
+    ins[k] = a
+    return ir.bind(eqn, ins)[0]
+
+  return jax.jvp(f, (value,), (jnp.ones_like(value),))[1]
+
+
+_ELEMENTWISE = dict(tail_step=_elementwise_tail, batch_axis=_elementwise_axis,
+                    elementwise=True)
+
+# Elementwise primitives with nothing more to them than `_ELEMENTWISE`.
+_PLAIN_ELEMENTWISE = """
+    abs acos acosh and asin asinh atan atan2 atanh bessel_i0e bessel_i1e cbrt
+    ceil clamp clz complex cos cosh digamma eq erf erf_inv erfc exp exp2 expm1
+    floor ge gt igamma igammac integer_pow is_finite le lgamma log log1p
+    logistic lt max min ne nextafter not or polygamma population_count pow
+    reduce_precision rem round rsqrt shift_left shift_right_arithmetic
+    shift_right_logical sign sin sinh sqrt square tan tanh xor zeta
+    """.split()
+
+def _identity_tail(eqn, k, letters, new):
+  del new
+  if not _same_shape(eqn, k):
+    return None
+  return letters, [], -1. if eqn.name == 'neg' else 1., 0
+
+
+_ELEMENTWISE_RULES = (
+    *(Rule(name, **_ELEMENTWISE) for name in _PLAIN_ELEMENTWISE),
+    Rule('neg', linear_in=_linear_in_any, leaf_letters=_identity_back(-1.),
+         passes_cotangent=lambda eqn, k: -1., tail_step=_identity_tail,
+         batch_axis=_elementwise_axis, elementwise=True),
+    *(Rule(name, linear_in=_linear_in_any, leaf_letters=_identity_back(1.),
+           tail_step=_identity_tail, batch_axis=_elementwise_axis,
+           elementwise=True)
+      for name in ('convert_element_type', 'copy')),
+    *(Rule(name, linear_in=_linear_in_any, batch_axis=_elementwise_axis,
+           tail_step=_elementwise_tail, elementwise=True)
+      for name in ('real', 'imag', 'conj')),
+)
+
+# ---------------------------------------------------------------------------
+# Sums: add, add_any, sub.
+# ---------------------------------------------------------------------------
+
+def _sum_sign(eqn: ir.Eqn, k: int) -> float:
+  """`d(a - b)/db = -1`; every other input of a sum enters with `+1`."""
+  return -1. if eqn.name == 'sub' and k == 1 else 1.
+
+
+def _sum_back(eqn, k, out):
+  """`v = in +- c` with a scalar constant `c`."""
+  c = scalar_value(eqn.inputs[1 - k])
+  if eqn.inputs[k].shape != eqn.outputs[0].shape or c is None:
+    return None
+  return out, _sum_sign(eqn, k)
+
+
+def _sum_form(eqn: ir.Eqn, k: int, letters: Letters) -> FormParts:
+  y = letters.many(len(eqn.outputs[0].shape))
+  return y, (), broadcast_letters(eqn, y)[k], _sum_sign(eqn, k)
+
+
+def _sum_tail(eqn, k, letters, new):
+  del new
+  return (letters, [], _sum_sign(eqn, k), 0) if _same_shape(eqn, k) else None
+
+
+_SUM_RULES = tuple(
+    Rule(name, linear_in=_linear_in_any, leaf_letters=_sum_back,
+         jacobian_form=_sum_form, passes_cotangent=_sum_sign,
+         tail_step=_sum_tail, batch_axis=_elementwise_axis, elementwise=True)
+    for name in ('add', 'add_any', 'sub'))
+
+# ---------------------------------------------------------------------------
+# Products: mul, div.
+# ---------------------------------------------------------------------------
+
+def _scaling_back(eqn, k, out):
+  """`v = c * in` or `in / c` with a scalar constant `c`."""
+  c = scalar_value(eqn.inputs[1 - k])
+  if eqn.inputs[k].shape != eqn.outputs[0].shape or c is None or (
+      eqn.name == 'div' and c == 0):
+    return None
+  return out, c if eqn.name == 'mul' else 1 / c
+
+
+def _product_form(eqn: ir.Eqn, k: int,
+                  letters: Letters) -> Optional[FormParts]:
+  """`d(a * b)/da = b`, `d(a / b)/da = 1 / b` (elementwise, broadcast)."""
+  if eqn.name == 'div' and k == 1:
+    return None
+  y = letters.many(len(eqn.outputs[0].shape))
+  ins = broadcast_letters(eqn, y)
+  other = eqn.inputs[1 - k]
+  other_letters = mask(ins[1 - k], other.shape)
+  transform = jnp.reciprocal if eqn.name == 'div' else None
+  factor = Factor(other, other_letters, transform, other_letters)
+  return y, (factor,), ins[k], 1.
+
+
+def _scaling_passes(eqn: ir.Eqn, k: int) -> Optional[float]:
+  """A scaling by a constant (e.g. stax's `W_std / sqrt(fan_in)`)."""
+  c = scalar_value(eqn.inputs[1 - k])
+  if not c or (eqn.name == 'div' and k == 1):
+    return None
+  return c if eqn.name == 'mul' else 1 / c
+
+
+def _product_tail(eqn, k, letters, new):
+  if eqn.name == 'div' and k == 1:
+    return _elementwise_tail(eqn, k, letters, new)
+  if not _same_shape(eqn, k):
+    return None
+  other = eqn.inputs[1 - k]
+  c = scalar_value(other)
+  if c is not None and c != 0:
+    return letters, [], c if eqn.name == 'mul' else 1 / c, 0
+  other_letters = broadcast_letters(eqn, letters)[1 - k]
+  transform = None if eqn.name == 'mul' else jnp.reciprocal
+  return letters, [Factor(other, other_letters, transform)], 1., 0
+
+
+_PRODUCT_RULES = (
+    Rule('mul', linear_in=_linear_in_any, leaf_letters=_scaling_back,
+         jacobian_form=_product_form, passes_cotangent=_scaling_passes,
+         tail_step=_product_tail, batch_axis=_elementwise_axis,
+         elementwise=True),
+    Rule('div', linear_in=_linear_in_first, leaf_letters=_scaling_back,
+         jacobian_form=_product_form, passes_cotangent=_scaling_passes,
+         tail_step=_product_tail, batch_axis=_elementwise_axis,
+         elementwise=True),
+)
+
+# ---------------------------------------------------------------------------
+# select_n: linear in its cases, not in its predicate.
+# ---------------------------------------------------------------------------
+
+def _linear_in_cases(eqn: ir.Eqn, k: int) -> bool:
+  """`select_n`: linear in its cases, not in its predicate."""
+  del eqn
+  return k >= 1
+
+
+def _select_form(eqn: ir.Eqn, k: int, letters: Letters) -> Optional[FormParts]:
+  """`d select_n(p, x_0, x_1, ...)/d x_j = (p == j)` (elementwise)."""
+  if k < 1:
+    return None
+  y = letters.many(len(eqn.outputs[0].shape))
+  ins = broadcast_letters(eqn, y)
+  pred = eqn.inputs[0]
+  dtype = eqn.outputs[0].dtype
+  picks = lambda x: (x == (k - 1)).astype(dtype)
+  return y, (Factor(pred, mask(ins[0], pred.shape), picks,
+                    mask(ins[0], pred.shape)),), ins[k], 1.
+
+
+_SELECT_RULES = (
+    Rule('select_n', linear_in=_linear_in_cases, jacobian_form=_select_form,
+         tail_step=_elementwise_tail, batch_axis=_elementwise_axis,
+         elementwise=True),
+)
+
+# ---------------------------------------------------------------------------
+# dot_general.
+# ---------------------------------------------------------------------------
+
+def dot_general_letters(eqn: ir.Eqn, k: int, operand: Sequence[Letter],
                         letters: Letters) -> tuple[list, list]:
   """Letters of the other input and of the output of a `dot_general`.
 
@@ -187,84 +499,52 @@ def dot_general_letters(eqn: prog.Eqn, k: int, operand: Sequence[Letter],
   return other, [lhs[d] for d in lb] + free_l + free_r
 
 
-# ---------------------------------------------------------------------------
-# Linearity and backward letter maps (chains).
-# ---------------------------------------------------------------------------
-
-def _linear_in_any(eqn: prog.Eqn, k: int) -> bool:
-  del eqn, k
-  return True
-
-
-def _linear_in_first(eqn: prog.Eqn, k: int) -> bool:
-  del eqn
-  return k == 0
-
-
-def _linear_in_only_input(eqn: prog.Eqn, k: int) -> bool:
-  del k
-  return len(eqn.inputs) == 1
-
-
-def _linear_in_cases(eqn: prog.Eqn, k: int) -> bool:
-  """`select_n`: linear in its cases, not in its predicate."""
-  del eqn
-  return k >= 1
-
-
-def _transpose_back(eqn, k, out):
-  new: list[Letter] = [None] * len(eqn.inputs[k].shape)
-  for j, d in enumerate(params.transpose_permutation(eqn)):
-    new[d] = out[j]
-  return new, 1.
-
-
-def _broadcast_back(eqn, k, out):
-  shape, out_shape = eqn.inputs[k].shape, eqn.outputs[0].shape
-  return [out[b] if shape[j] == out_shape[b] else None
-          for j, b in enumerate(params.broadcast_dimensions(eqn))], 1.
-
-
-def _unit_reshape_back(eqn, k, out):
-  new = unit_reshape_letters(eqn.outputs[0].shape, eqn.inputs[k].shape, out)
-  return None if new is None else (new, 1.)
-
-
-def _identity_back(scale: float):
-  return lambda eqn, k, out: (out, scale)
-
-
-def _scalar_back(eqn, k, out):
-  """`v = c * in`, `in / c`, `in +- c` with a scalar constant `c`."""
-  c = scalar_value(eqn.inputs[1 - k])
-  name = eqn.name
-  if eqn.inputs[k].shape != eqn.outputs[0].shape or c is None or (
-      name == 'div' and c == 0):
-    return None
-  return out, {'mul': c, 'div': 1 / c if c else 0.,
-               'sub': -1. if k == 1 else 1.}.get(name, 1.)
-
-
-def _slice_region(eqn):
-  s = params.slice_bounds(eqn)
-  return (s.start, s.limit) if s.unit_strides() else None
-
-
-# ---------------------------------------------------------------------------
-# Jacobian forms.
-# ---------------------------------------------------------------------------
-
-
-def _dot_general_form(eqn: prog.Eqn, k: int, letters: Letters) -> FormParts:
+def _dot_general_form(eqn: ir.Eqn, k: int, letters: Letters) -> FormParts:
   operand = eqn.inputs[k]
   v = list(mask(letters.many(len(operand.shape)), operand.shape))
   other_letters, y = dot_general_letters(eqn, k, v, letters)
   factor = Factor(eqn.inputs[1 - k], tuple(other_letters),
                   atom_letters=tuple(other_letters))
-  return y, (factor,), v
+  return y, (factor,), v, 1.
 
 
-def _conv_form(eqn: prog.Eqn, k: int,
+def _dot_general_tail(eqn, k, letters, new):
+  other, out = dot_general_letters(eqn, k, letters, new)
+  return out, [Factor(eqn.inputs[1 - k], tuple(other))], 1., 1
+
+
+def _dot_general_axis(eqn, in_axes):
+  dims = params.dot_general_dimensions(eqn)
+  lc, lb = dims.of(0)
+  rc, rb = dims.of(1)
+  la, ra = in_axes
+  lhs_free = [d for d in range(len(eqn.inputs[0].shape))
+              if d not in lc and d not in lb]
+  rhs_free = [d for d in range(len(eqn.inputs[1].shape))
+              if d not in rc and d not in rb]
+  if la is not None and ra is not None:
+    # Both batched: only an elementwise pairing of examples is separable.
+    require(la in lb and ra in rb and lb.index(la) == rb.index(ra))
+    return [lb.index(la)]
+  if la is not None:
+    require(la not in lc)
+    return [lb.index(la) if la in lb else len(lb) + lhs_free.index(la)]
+  require(ra not in rc)
+  return [rb.index(ra) if ra in rb else
+          len(lb) + len(lhs_free) + rhs_free.index(ra)]
+
+
+_DOT_RULES = (
+    Rule('dot_general', linear_in=_linear_in_any,
+         jacobian_form=_dot_general_form, tail_step=_dot_general_tail,
+         batch_axis=_dot_general_axis),
+)
+
+# ---------------------------------------------------------------------------
+# Convolutions: conv_general_dilated.
+# ---------------------------------------------------------------------------
+
+def _conv_form(eqn: ir.Eqn, k: int,
                letters: Letters) -> Optional[FormParts]:
   """`y = conv(x, W)` is `einsum(windows(x), W)` over the kernel's offsets."""
   conv = params.convolution(eqn)
@@ -302,7 +582,7 @@ def _conv_form(eqn: prog.Eqn, k: int,
       spatial=conv.lhs_spec[2:])
   factor = Factor(lhs, mask(x_letters, x_shape), windows,
                   mask(atom_letters, lhs.shape))
-  return y, (factor,), v
+  return y, (factor,), v, 1.
 
 
 def conv_windows(x: Array, filter_shape: Sequence[int],
@@ -337,96 +617,43 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
   return stacked.reshape(stacked.shape[:-1] + tuple(filter_shape))
 
 
-def _elementwise_form(eqn: prog.Eqn, k: int,
-                      letters: Letters) -> Optional[FormParts]:
-  y = letters.many(len(eqn.outputs[0].shape))
-  ins = broadcast_letters(eqn, y)
-  name = eqn.name
-  if name in ('add', 'add_any', 'sub'):
-    return y, (), ins[k]
-  if name == 'mul':
-    other = eqn.inputs[1 - k]
-    return y, (Factor(other, mask(ins[1 - k], other.shape),
-                      atom_letters=mask(ins[1 - k], other.shape)),), ins[k]
-  if name == 'div' and k == 0:
-    other = eqn.inputs[1]
-    return y, (Factor(other, mask(ins[1], other.shape), jnp.reciprocal,
-                      mask(ins[1], other.shape)),), ins[0]
-  if name == 'select_n' and k >= 1:
-    pred = eqn.inputs[0]
-    dtype = eqn.outputs[0].dtype
-    picks = lambda x: (x == (k - 1)).astype(dtype)
-    return y, (Factor(pred, mask(ins[0], pred.shape), picks,
-                      mask(ins[0], pred.shape)),), ins[k]
-  return None
+def _conv_axis(eqn, in_axes):
+  conv = params.convolution(eqn)
+  require(in_axes[1] is None and in_axes[0] == conv.lhs_spec[0] and
+          conv.batch_group_count == 1)
+  return [conv.out_spec[0]]
 
+
+_CONV_RULES = (
+    Rule('conv_general_dilated', linear_in=_linear_in_any,
+         jacobian_form=_conv_form, batch_axis=_conv_axis),
+)
 
 # ---------------------------------------------------------------------------
-# Cotangents passing through sums and scalings.
+# Shape operations: transpose, broadcast_in_dim, reshape, squeeze.
 # ---------------------------------------------------------------------------
 
-
-def _sum_passes(eqn: prog.Eqn, k: int) -> float:
-  return -1. if eqn.name == 'sub' and k == 1 else 1.
-
-
-def _scaling_passes(eqn: prog.Eqn, k: int) -> Optional[float]:
-  """A scaling by a constant (e.g. stax's `W_std / sqrt(fan_in)`)."""
-  c = scalar_value(eqn.inputs[1 - k])
-  if not c or (eqn.name == 'div' and k == 1):
-    return None
-  return c if eqn.name == 'mul' else 1 / c
+def _transpose_back(eqn, k, out):
+  new: list[Letter] = [None] * len(eqn.inputs[k].shape)
+  for j, d in enumerate(params.transpose_permutation(eqn)):
+    new[d] = out[j]
+  return new, 1.
 
 
-# ---------------------------------------------------------------------------
-# Forward steps of cotangent tails.
-# ---------------------------------------------------------------------------
-
-
-def _same_shape(eqn: prog.Eqn, k: int) -> bool:
-  return tuple(eqn.inputs[k].shape) == tuple(eqn.outputs[0].shape)
-
-
-def _sum_tail(eqn, k, letters, new):
-  del new
-  return (letters, [], _sum_passes(eqn, k), 0) if _same_shape(eqn, k) else None
-
-
-def _identity_tail(eqn, k, letters, new):
-  del new
-  if not _same_shape(eqn, k):
-    return None
-  return letters, [], -1. if eqn.name == 'neg' else 1., 0
-
-
-def _product_tail(eqn, k, letters, new):
-  if eqn.name == 'div' and k == 1:
-    return _elementwise_tail(eqn, k, letters, new)
-  if not _same_shape(eqn, k):
-    return None
-  other = eqn.inputs[1 - k]
-  c = scalar_value(other)
-  if c is not None and c != 0:
-    return letters, [], c if eqn.name == 'mul' else 1 / c, 0
-  other_letters = broadcast_letters(eqn, letters)[1 - k]
-  transform = None if eqn.name == 'mul' else jnp.reciprocal
-  return letters, [Factor(other, other_letters, transform)], 1., 0
-
-
-def _elementwise_tail(eqn, k, letters, new):
-  """An elementwise `f` of input `k` alone: a diagonal factor `f'(v)`."""
-  del new
-  if not (_same_shape(eqn, k) and _is_elementwise(eqn, k)):
-    return None
-  derivative = functools.partial(_diagonal, eqn, k)
-  return letters, [Factor(eqn.inputs[k], tuple(letters), derivative)], 1., 0
-
-
-def _reduce_sum_tail(eqn, k, letters, new):
+def _transpose_tail(eqn, k, letters, new):
   del k, new
-  axes = params.reduction_axes(eqn)
-  kept = [letter for d, letter in enumerate(letters) if d not in axes]
-  return kept, [], 1., 0
+  return [letters[d] for d in params.transpose_permutation(eqn)], [], 1., 0
+
+
+def _transpose_axis(eqn, in_axes):
+  return [list(params.transpose_permutation(eqn)).index(
+      _batched(in_axes)[0][1])]
+
+
+def _broadcast_back(eqn, k, out):
+  shape, out_shape = eqn.inputs[k].shape, eqn.outputs[0].shape
+  return [out[b] if shape[j] == out_shape[b] else None
+          for j, b in enumerate(params.broadcast_dimensions(eqn))], 1.
 
 
 def _broadcast_tail(eqn, k, letters, new):
@@ -440,9 +667,17 @@ def _broadcast_tail(eqn, k, letters, new):
   return out, [], 1., 0
 
 
-def _transpose_tail(eqn, k, letters, new):
-  del k, new
-  return [letters[d] for d in params.transpose_permutation(eqn)], [], 1., 0
+def _broadcast_axis(eqn, in_axes):
+  require(len(eqn.inputs) == 1)
+  a = _only_axis(in_axes)
+  b = params.broadcast_dimensions(eqn)[a]
+  require(eqn.inputs[0].shape[a] == eqn.outputs[0].shape[b])
+  return [b]
+
+
+def _unit_reshape_back(eqn, k, out):
+  new = unit_reshape_letters(eqn.outputs[0].shape, eqn.inputs[k].shape, out)
+  return None if new is None else (new, 1.)
 
 
 def _unit_reshape_tail(eqn, k, letters, new):
@@ -452,101 +687,6 @@ def _unit_reshape_tail(eqn, k, letters, new):
   out = unit_reshape_letters(eqn.inputs[k].shape, eqn.outputs[0].shape,
                              letters)
   return None if out is None else (out, [], 1., 0)
-
-
-def _dot_general_tail(eqn, k, letters, new):
-  other, out = dot_general_letters(eqn, k, letters, new)
-  return out, [Factor(eqn.inputs[1 - k], tuple(other))], 1., 1
-
-
-def _is_elementwise(eqn: prog.Eqn, k: int) -> bool:
-  """Whether `eqn` is an elementwise function of input `k` alone."""
-  others = [a for i, a in enumerate(eqn.inputs) if i != k]
-  if not all(isinstance(a, prog.Const) for a in others):
-    return False
-  r = rule(eqn.name)
-  if r is not None and r.elementwise:
-    return True
-  if is_call(eqn.name, CUSTOM) and not others:
-    body = params.call_body(eqn.params)
-    return body is not None and _elementwise_body(body[0], body[1],
-                                                  eqn.inputs[0].shape)
-  return False
-
-
-def _elementwise_body(jaxpr: Any, consts: Sequence[Any],
-                      shape: tuple[int, ...]) -> bool:
-  """Whether a call's body applies elementwise functions to its input."""
-  eqns: list[prog.Eqn] = []
-  inputs = [prog.Var(v.aval) for v in jaxpr.invars]
-  outputs = prog.inline_jaxpr(jaxpr, consts, inputs, eqns)
-  for eqn in eqns:
-    r = rule(eqn.name)
-    if r is not None and r.elementwise:
-      ok = all(a.shape in ((), shape) for a in eqn.inputs)
-    elif is_call(eqn.name, CUSTOM):
-      body = params.call_body(eqn.params)
-      ok = body is not None and _elementwise_body(body[0], body[1], shape)
-    else:
-      ok = False
-    if not ok or any(o.shape != shape for o in eqn.outputs):
-      return False
-  return all(o.shape == shape for o in outputs)
-
-
-def _diagonal(eqn: prog.Eqn, k: int, value: Array) -> Array:
-  """`f'(v)` of an elementwise `f`: its JVP along a tangent of ones."""
-  ins = [a.value if isinstance(a, prog.Const) else None for a in eqn.inputs]
-
-  def f(a: Array) -> Array:
-    ins[k] = a
-    return prog.bind(eqn, ins)[0]
-
-  return jax.jvp(f, (value,), (jnp.ones_like(value),))[1]
-
-
-# ---------------------------------------------------------------------------
-# Batch axes (separability).
-# ---------------------------------------------------------------------------
-
-
-def require(condition: bool) -> None:
-  if not condition:
-    raise NotSeparable()
-
-
-def _batched(in_axes: list[BatchAxis]) -> list[tuple[int, int]]:
-  return [(i, a) for i, a in enumerate(in_axes) if a is not None]
-
-
-def _only_axis(in_axes: list[BatchAxis]) -> int:
-  (_, a), = _batched(in_axes)
-  return a
-
-
-def _common_axis(in_axes: list[BatchAxis]) -> int:
-  axes = {a for _, a in _batched(in_axes)}
-  require(len(axes) == 1)
-  return axes.pop()
-
-
-def _elementwise_axis(eqn, in_axes):
-  # Operands have the output's rank (with size-1 broadcasting) or are
-  # scalars; a batched operand must not be broadcast along its batch axis.
-  a = _common_axis(in_axes)
-  out = eqn.outputs[0].shape
-  for i, _ in _batched(in_axes):
-    shape = eqn.inputs[i].shape
-    require(len(shape) == len(out) and shape[a] == out[a])
-  return [a]
-
-
-def _broadcast_axis(eqn, in_axes):
-  require(len(eqn.inputs) == 1)
-  a = _only_axis(in_axes)
-  b = params.broadcast_dimensions(eqn)[a]
-  require(eqn.inputs[0].shape[a] == eqn.outputs[0].shape[b])
-  return [b]
 
 
 def _reshape_axis(eqn, in_axes):
@@ -561,20 +701,33 @@ def _reshape_axis(eqn, in_axes):
   raise NotSeparable('reshape')
 
 
-def _transpose_axis(eqn, in_axes):
-  return [list(params.transpose_permutation(eqn)).index(
-      _batched(in_axes)[0][1])]
-
-
-def _dropping_axis(dims: Sequence[int], a: int) -> int:
-  """Axis `a` after dropping `dims` (which must not contain it)."""
-  require(a not in dims)
-  return a - sum(d < a for d in dims)
-
-
 def _squeeze_axis(eqn, in_axes):
   return [_dropping_axis(params.squeezed_dimensions(eqn),
                          _batched(in_axes)[0][1])]
+
+
+_SHAPE_RULES = (
+    Rule('transpose', linear_in=_linear_in_any, leaf_letters=_transpose_back,
+         tail_step=_transpose_tail, batch_axis=_transpose_axis),
+    Rule('broadcast_in_dim', linear_in=_linear_in_only_input,
+         leaf_letters=_broadcast_back, tail_step=_broadcast_tail,
+         batch_axis=_broadcast_axis),
+    Rule('reshape', linear_in=_linear_in_only_input,
+         leaf_letters=_unit_reshape_back, tail_step=_unit_reshape_tail,
+         batch_axis=_reshape_axis),
+    Rule('squeeze', linear_in=_linear_in_any, leaf_letters=_unit_reshape_back,
+         tail_step=_unit_reshape_tail, batch_axis=_squeeze_axis),
+)
+
+# ---------------------------------------------------------------------------
+# Reductions and cumulative operations.
+# ---------------------------------------------------------------------------
+
+def _reduce_sum_tail(eqn, k, letters, new):
+  del k, new
+  axes = params.reduction_axes(eqn)
+  kept = [letter for d, letter in enumerate(letters) if d not in axes]
+  return kept, [], 1., 0
 
 
 def _reduction_axis(eqn, in_axes):
@@ -582,56 +735,27 @@ def _reduction_axis(eqn, in_axes):
   return [a] * len(eqn.outputs)
 
 
-def _dot_general_axis(eqn, in_axes):
-  dims = params.dot_general_dimensions(eqn)
-  lc, lb = dims.of(0)
-  rc, rb = dims.of(1)
-  la, ra = in_axes
-  lhs_free = [d for d in range(len(eqn.inputs[0].shape))
-              if d not in lc and d not in lb]
-  rhs_free = [d for d in range(len(eqn.inputs[1].shape))
-              if d not in rc and d not in rb]
-  if la is not None and ra is not None:
-    # Both batched: only an elementwise pairing of examples is separable.
-    require(la in lb and ra in rb and lb.index(la) == rb.index(ra))
-    return [lb.index(la)]
-  if la is not None:
-    require(la not in lc)
-    return [lb.index(la) if la in lb else len(lb) + lhs_free.index(la)]
-  require(ra not in rc)
-  return [rb.index(ra) if ra in rb else
-          len(lb) + len(lhs_free) + rhs_free.index(ra)]
-
-
-def _conv_axis(eqn, in_axes):
-  conv = params.convolution(eqn)
-  require(in_axes[1] is None and in_axes[0] == conv.lhs_spec[0] and
-          conv.batch_group_count == 1)
-  return [conv.out_spec[0]]
-
-
-def _keeps_axis(operated_on: Callable[[prog.Eqn], Sequence[int]],
-                find: Optional[Callable[[list], int]] = None):
-  """The batch-axis rule of a primitive acting along `operated_on(eqn)`.
-
-  The batch axis (found by `find`: the only batched input's by default) must
-  be another axis, and every output keeps it.
-  """
-  find = find or _only_axis
-
-  def batch_axis(eqn, in_axes):
-    a = find(in_axes)
-    require(a not in operated_on(eqn))
-    return [a] * len(eqn.outputs)
-
-  return batch_axis
-
-
 # `cumsum`, ..., `splitting`: the batch axis is not their `axis`.
 _not_along_axis_param = _keeps_axis(lambda eqn: (params.axis(eqn),))
-_rev_axis = _keeps_axis(params.reversed_dimensions)
-_concatenate_axis = _keeps_axis(
-    lambda eqn: (params.concatenate_dimension(eqn),), _common_axis)
+
+_REDUCTION_RULES = (
+    Rule('reduce_sum', linear_in=_linear_in_any, tail_step=_reduce_sum_tail,
+         batch_axis=_reduction_axis),
+    *(Rule(name, batch_axis=_reduction_axis) for name in (
+        'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
+        'reduce_xor', 'argmax', 'argmin')),
+    Rule('cumsum', linear_in=_linear_in_any, batch_axis=_not_along_axis_param),
+    *(Rule(name, batch_axis=_not_along_axis_param)
+      for name in ('cumprod', 'cummax', 'cummin', 'cumlogsumexp')),
+)
+
+# ---------------------------------------------------------------------------
+# Slices, padding, concatenations and stacks.
+# ---------------------------------------------------------------------------
+
+def _slice_region(eqn):
+  s = params.slice_bounds(eqn)
+  return (s.start, s.limit) if s.unit_strides() else None
 
 
 def _slice_axis(eqn, in_axes):
@@ -654,6 +778,27 @@ def _stack_axis(eqn, in_axes):
   return [a + 1 if params.axis(eqn) <= a else a]
 
 
+_rev_axis = _keeps_axis(params.reversed_dimensions)
+_concatenate_axis = _keeps_axis(
+    lambda eqn: (params.concatenate_dimension(eqn),), _common_axis)
+
+_SLICING_RULES = (
+    Rule('slice', linear_in=_linear_in_any, leaf_region=_slice_region,
+         batch_axis=_slice_axis),
+    Rule('rev', linear_in=_linear_in_any, batch_axis=_rev_axis),
+    Rule('pad', linear_in=_linear_in_first, batch_axis=_pad_axis),
+    Rule('concatenate', linear_in=_linear_in_any,
+         batch_axis=_concatenate_axis),
+    Rule('stack', batch_axis=_stack_axis),
+    Rule('split', batch_axis=_not_along_axis_param),
+    Rule('dynamic_slice', linear_in=_linear_in_first),
+    Rule('gather', linear_in=_linear_in_first),
+)
+
+# ---------------------------------------------------------------------------
+# Windows: reduce_window_*.
+# ---------------------------------------------------------------------------
+
 def _reduce_window_axis(eqn, in_axes):
   a = _common_axis(in_axes)
   w = params.reduce_window(eqn)
@@ -665,101 +810,93 @@ def _reduce_window_axis(eqn, in_axes):
   return [a] * len(eqn.outputs)
 
 
-def _same_axes(eqn, in_axes):
-  del eqn
-  return list(in_axes)
+_WINDOW_RULES = (
+    Rule('reduce_window_sum', linear_in=_linear_in_only_input,
+         batch_axis=_reduce_window_axis),
+    *(Rule(name, batch_axis=_reduce_window_axis) for name in (
+        'reduce_window_max', 'reduce_window_min', 'reduce_window')),
+)
 
+# ---------------------------------------------------------------------------
+# Calls and loops: flattened (jit, scan) or kept whole (custom).
+# ---------------------------------------------------------------------------
+
+# Longest `scan` unrolled: longer loops stay whole (a generic equation).
+MAX_UNROLLED_SCAN = 32
+
+
+def _inline_call(eqn_params: dict, ins: Sequence[ir.Atom],
+                 inline: Inline) -> Optional[list[ir.Atom]]:
+  """A call that only groups equations is replaced by its body."""
+  body = params.call_body(eqn_params)
+  if body is None or len(body[0].invars) != len(ins):
+    return None
+  return inline(body[0], body[1], ins)
+
+
+def _unroll_scan(eqn_params: dict, ins: Sequence[ir.Atom],
+                 inline: Inline) -> Optional[list[ir.Atom]]:
+  """A short `scan`'s steps, one inlined body per step.
+
+  `scan` carries `carry` through `length` steps, each reading slice `t` of
+  the stacked inputs `xs` and writing slice `t` of the stacked outputs. Each
+  step's use of its slice of stacked parameters (`stax.repeat`) is then seen
+  like a layer's (a chain starting with a `slice`, `leaf_region`).
+  """
+  scan = params.scan(eqn_params)
+  if not 0 < scan.length <= MAX_UNROLLED_SCAN:
+    return None
+  n_consts, n_carry, body = scan.num_consts, scan.num_carry, scan.body
+  consts = list(ins[:n_consts])
+  carry = list(ins[n_consts:n_consts + n_carry])
+  xs = ins[n_consts + n_carry:]
+  steps = range(scan.length)
+  ys: dict[int, list[ir.Atom]] = {}
+  for t in (reversed(steps) if scan.reverse else steps):
+    x_t = [_traced(lambda a, t=t: lax.index_in_dim(a, t, keepdims=False),
+                   [x], inline) for x in xs]
+    outs = inline(body.jaxpr, body.consts, consts + carry + x_t)
+    carry, ys[t] = outs[:n_carry], outs[n_carry:]
+  stacked = [_traced(lambda *a: jnp.stack(a), [ys[t][k] for t in steps],
+                     inline)
+             for k in range(len(body.jaxpr.outvars) - n_carry)]
+  return carry + stacked
+
+
+def _traced(fn: Callable[..., Any], atoms: Sequence[ir.Atom],
+            inline: Inline) -> ir.Atom:
+  """Inlines the equations of `fn(*atoms)` (one output)."""
+  avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in atoms]
+  closed = jax.make_jaxpr(fn)(*avals)
+  out, = inline(closed.jaxpr, closed.consts, atoms)
+  return out
+
+
+_CALL_RULES = (
+    *(Rule(name, call=INLINED, expand=_inline_call)
+      for name in ('jit', 'closed_call', 'remat2')),
+    *(Rule(name, call=CUSTOM, tail_step=_elementwise_tail)
+      for name in ('custom_jvp_call', 'custom_vjp_call')),
+    Rule('scan', expand=_unroll_scan),
+    Rule('optimization_barrier', batch_axis=_same_axes),
+)
+
+# ---------------------------------------------------------------------------
+# Values that depend on shapes only (iota, random bits).
+# ---------------------------------------------------------------------------
+
+_SHAPE_DEPENDENT_RULES = tuple(
+    Rule(name, shape_dependent=True)
+    for name in ('iota', 'random_bits', 'rng_bit_generator', 'rng_uniform'))
 
 # ---------------------------------------------------------------------------
 # The table.
 # ---------------------------------------------------------------------------
 
-_SUM = dict(linear_in=_linear_in_any, leaf_letters=_scalar_back,
-            jacobian_form=_elementwise_form, passes_cotangent=_sum_passes,
-            tail_step=_sum_tail, batch_axis=_elementwise_axis,
-            elementwise=True)
-
-_ELEMENTWISE = dict(tail_step=_elementwise_tail, batch_axis=_elementwise_axis,
-                    elementwise=True)
-
-# Elementwise primitives with nothing more to them than `_ELEMENTWISE`.
-_PLAIN_ELEMENTWISE = """
-    abs acos acosh and asin asinh atan atan2 atanh bessel_i0e bessel_i1e cbrt
-    ceil clamp clz complex cos cosh digamma eq erf erf_inv erfc exp exp2 expm1
-    floor ge gt igamma igammac integer_pow is_finite le lgamma log log1p
-    logistic lt max min ne nextafter not or polygamma population_count pow
-    reduce_precision rem round rsqrt shift_left shift_right_arithmetic
-    shift_right_logical sign sin sinh sqrt square tan tanh xor zeta
-    """.split()
-
-_TABLE = (
-    *(Rule(name, **_ELEMENTWISE) for name in _PLAIN_ELEMENTWISE),
-    *(Rule(name, **_SUM) for name in ('add', 'add_any', 'sub')),
-    Rule('mul', linear_in=_linear_in_any, leaf_letters=_scalar_back,
-         jacobian_form=_elementwise_form, passes_cotangent=_scaling_passes,
-         tail_step=_product_tail, batch_axis=_elementwise_axis,
-         elementwise=True),
-    Rule('div', linear_in=_linear_in_first, leaf_letters=_scalar_back,
-         jacobian_form=_elementwise_form, passes_cotangent=_scaling_passes,
-         tail_step=_product_tail, batch_axis=_elementwise_axis,
-         elementwise=True),
-    Rule('neg', linear_in=_linear_in_any, leaf_letters=_identity_back(-1.),
-         passes_cotangent=lambda eqn, k: -1., tail_step=_identity_tail,
-         batch_axis=_elementwise_axis, elementwise=True),
-    *(Rule(name, linear_in=_linear_in_any, leaf_letters=_identity_back(1.),
-           tail_step=_identity_tail, batch_axis=_elementwise_axis,
-           elementwise=True)
-      for name in ('convert_element_type', 'copy')),
-    *(Rule(name, linear_in=_linear_in_any, batch_axis=_elementwise_axis,
-           tail_step=_elementwise_tail, elementwise=True)
-      for name in ('real', 'imag', 'conj')),
-    Rule('select_n', linear_in=_linear_in_cases,
-         jacobian_form=_elementwise_form, tail_step=_elementwise_tail,
-         batch_axis=_elementwise_axis, elementwise=True),
-    Rule('dot_general', linear_in=_linear_in_any,
-         jacobian_form=_dot_general_form, tail_step=_dot_general_tail,
-         batch_axis=_dot_general_axis),
-    Rule('conv_general_dilated', linear_in=_linear_in_any,
-         jacobian_form=_conv_form, batch_axis=_conv_axis),
-    Rule('transpose', linear_in=_linear_in_any, leaf_letters=_transpose_back,
-         tail_step=_transpose_tail, batch_axis=_transpose_axis),
-    Rule('broadcast_in_dim', linear_in=_linear_in_only_input,
-         leaf_letters=_broadcast_back, tail_step=_broadcast_tail,
-         batch_axis=_broadcast_axis),
-    Rule('reshape', linear_in=_linear_in_only_input,
-         leaf_letters=_unit_reshape_back, tail_step=_unit_reshape_tail,
-         batch_axis=_reshape_axis),
-    Rule('squeeze', linear_in=_linear_in_any, leaf_letters=_unit_reshape_back,
-         tail_step=_unit_reshape_tail, batch_axis=_squeeze_axis),
-    Rule('reduce_sum', linear_in=_linear_in_any, tail_step=_reduce_sum_tail,
-         batch_axis=_reduction_axis),
-    *(Rule(name, batch_axis=_reduction_axis) for name in (
-        'reduce_max', 'reduce_min', 'reduce_prod', 'reduce_and', 'reduce_or',
-        'reduce_xor', 'argmax', 'argmin')),
-    Rule('cumsum', linear_in=_linear_in_any, batch_axis=_not_along_axis_param),
-    *(Rule(name, batch_axis=_not_along_axis_param)
-      for name in ('cumprod', 'cummax', 'cummin', 'cumlogsumexp')),
-    Rule('slice', linear_in=_linear_in_any, leaf_region=_slice_region,
-         batch_axis=_slice_axis),
-    Rule('rev', linear_in=_linear_in_any, batch_axis=_rev_axis),
-    Rule('pad', linear_in=_linear_in_first, batch_axis=_pad_axis),
-    Rule('concatenate', linear_in=_linear_in_any,
-         batch_axis=_concatenate_axis),
-    Rule('stack', batch_axis=_stack_axis),
-    Rule('split', batch_axis=_not_along_axis_param),
-    Rule('dynamic_slice', linear_in=_linear_in_first),
-    Rule('gather', linear_in=_linear_in_first),
-    Rule('reduce_window_sum', linear_in=_linear_in_only_input,
-         batch_axis=_reduce_window_axis),
-    *(Rule(name, batch_axis=_reduce_window_axis) for name in (
-        'reduce_window_max', 'reduce_window_min', 'reduce_window')),
-    Rule('optimization_barrier', batch_axis=_same_axes),
-    *(Rule(name, shape_dependent=True) for name in (
-        'iota', 'random_bits', 'rng_bit_generator', 'rng_uniform')),
-    *(Rule(name, call=INLINED) for name in ('jit', 'closed_call', 'remat2')),
-    *(Rule(name, call=CUSTOM, tail_step=_elementwise_tail)
-      for name in ('custom_jvp_call', 'custom_vjp_call')),
-)
+_TABLE = (*_ELEMENTWISE_RULES, *_SUM_RULES, *_PRODUCT_RULES, *_SELECT_RULES,
+          *_DOT_RULES, *_CONV_RULES, *_SHAPE_RULES, *_REDUCTION_RULES,
+          *_SLICING_RULES, *_WINDOW_RULES, *_CALL_RULES,
+          *_SHAPE_DEPENDENT_RULES)
 
 RULES: dict[str, Rule] = {r.name: r for r in _TABLE}
 assert len(RULES) == len(_TABLE), 'a primitive has two records'

@@ -15,6 +15,7 @@ the traced program, so Python-level shape logic in `f` cannot fool it.
 """
 from typing import Any, Sequence
 
+from neural_tangents._src.empirical.structured import ir
 from neural_tangents._src.empirical.structured import params as params_lib
 from neural_tangents._src.empirical.structured import program as prog
 from neural_tangents._src.empirical.structured import rules
@@ -23,8 +24,8 @@ BatchAxis = rules.BatchAxis
 NotSeparable = rules.NotSeparable
 
 
-def batch_axes(program: prog.Program,
-               input_axes: Sequence[BatchAxis]) -> dict[prog.Var, BatchAxis]:
+def batch_axes(program: ir.Program,
+               input_axes: Sequence[BatchAxis]) -> dict[ir.Var, BatchAxis]:
   """The batch axis of every value of `program`, given those of its inputs.
 
   Args:
@@ -46,25 +47,25 @@ def batch_axes(program: prog.Program,
     >>> batch_axes(p, [None, 0])[p.outputs[0]]
     0
   """
-  axes: dict[prog.Var, BatchAxis] = dict(zip(program.inputs, input_axes))
+  axes: dict[ir.Var, BatchAxis] = dict(zip(program.inputs, input_axes))
   sizes = {v.shape[a] for v, a in zip(program.inputs, input_axes)
            if a is not None}
   _run(program.eqns, axes, sizes)
   return axes
 
 
-def outputs_batched_at(program: prog.Program, axes: dict[prog.Var, BatchAxis],
+def outputs_batched_at(program: ir.Program, axes: dict[ir.Var, BatchAxis],
                        axis: int) -> bool:
   """Whether every program output has its batch axis at `axis`."""
-  return all(isinstance(a, prog.Var) and axes.get(a) == axis
+  return all(isinstance(a, ir.Var) and axes.get(a) == axis
              for a in program.outputs)
 
 
-def _axis(axes: dict[prog.Var, BatchAxis], a: prog.Atom) -> BatchAxis:
-  return axes.get(a) if isinstance(a, prog.Var) else None
+def _axis(axes: dict[ir.Var, BatchAxis], a: ir.Atom) -> BatchAxis:
+  return axes.get(a) if isinstance(a, ir.Var) else None
 
 
-def _run(eqns: Sequence[prog.Eqn], axes: dict[prog.Var, BatchAxis],
+def _run(eqns: Sequence[ir.Eqn], axes: dict[ir.Var, BatchAxis],
          batch_sizes: set[int]) -> None:
   for eqn in eqns:
     in_axes = [_axis(axes, a) for a in eqn.inputs]
@@ -104,7 +105,7 @@ def _makes_batch_sized(name: str, out_shapes: Sequence[tuple[int, ...]],
   return False
 
 
-def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
+def _rule(eqn: ir.Eqn, in_axes: list[BatchAxis],
           batch_sizes: set[int]) -> list[BatchAxis]:
   """The batch axes of `eqn`'s outputs; raises `NotSeparable` if unknown."""
   rule = rules.rule(eqn.name)
@@ -115,16 +116,16 @@ def _rule(eqn: prog.Eqn, in_axes: list[BatchAxis],
   return rule.batch_axis(eqn, in_axes)
 
 
-def _call_axes(eqn: prog.Eqn, in_axes: list[BatchAxis],
+def _call_axes(eqn: ir.Eqn, in_axes: list[BatchAxis],
                batch_sizes: set[int]) -> list[BatchAxis]:
   """Batch axes through a call's body (for custom derivatives: its primal)."""
   body = params_lib.call_body(eqn.params)
   rules.require(body is not None and
                 len(body[0].invars) == len(eqn.inputs))
   jaxpr, consts = body
-  eqns: list[prog.Eqn] = []
-  inputs = [prog.Var(v.aval) for v in jaxpr.invars]
+  eqns: list[ir.Eqn] = []
+  inputs = [ir.Var(v.aval) for v in jaxpr.invars]
   outputs = prog.inline_jaxpr(jaxpr, consts, inputs, eqns)
-  inner: dict[prog.Var, Any] = dict(zip(inputs, in_axes))
+  inner: dict[ir.Var, Any] = dict(zip(inputs, in_axes))
   _run(eqns, inner, batch_sizes)
   return [_axis(inner, a) for a in outputs]

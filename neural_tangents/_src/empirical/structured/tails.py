@@ -16,12 +16,12 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from neural_tangents._src.empirical.structured import program as prog
+from neural_tangents._src.empirical.einsum import Letter
+from neural_tangents._src.empirical.einsum import Letters
+from neural_tangents._src.empirical.einsum import mask
+from neural_tangents._src.empirical.structured import ir
 from neural_tangents._src.empirical.structured import rules
-from neural_tangents._src.empirical.structured.einsum import Factor
-from neural_tangents._src.empirical.structured.einsum import Letter
-from neural_tangents._src.empirical.structured.einsum import Letters
-from neural_tangents._src.empirical.structured.einsum import mask
+from neural_tangents._src.empirical.structured.factor import Factor
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -49,8 +49,8 @@ class Tail:
 _MAX_PRODUCTS = 1
 
 
-def cotangent_tail(target: Any, program: prog.Program,
-                   consumers: dict[prog.Var, list],
+def cotangent_tail(target: Any, program: ir.Program,
+                   consumers: dict[ir.Var, list],
                    batch_axis: Optional[int] = None) -> Optional[Tail]:
   """The cotangent of `target` as einsum factors, if its tail is simple.
 
@@ -69,7 +69,7 @@ def cotangent_tail(target: Any, program: prog.Program,
   """
   fresh = Letters()
   var = program.outputs[target] if isinstance(target, int) else target
-  if not isinstance(var, prog.Var):
+  if not isinstance(var, ir.Var):
     return None
   y = mask(fresh.many(len(var.shape)), var.shape)
   letters, factors, coefficient, products = list(y), [], 1., 0
@@ -119,7 +119,7 @@ def _finish(output: int, y, letters, factors, coefficient, var, fresh,
       o = fresh.new()
       out.append(o)
       eye = np.eye(size, dtype=var.dtype)
-      eyes.append(Factor(prog.Const(eye, jax.ShapeDtypeStruct(eye.shape,
+      eyes.append(Factor(ir.Const(eye, jax.ShapeDtypeStruct(eye.shape,
                                                               eye.dtype)),
                          (o, letter)))
   if len(set(letter for letter in out if letter is not None)) < len(
@@ -129,7 +129,7 @@ def _finish(output: int, y, letters, factors, coefficient, var, fresh,
               coefficient)
 
 
-def _tail_step(eqn: prog.Eqn, k: int, letters: list,
+def _tail_step(eqn: ir.Eqn, k: int, letters: list,
                fresh: Letters) -> Optional[rules.TailStep]:
   """`(output letters, factors, scale, products)` of one tail equation."""
   if len(eqn.outputs) != 1 or not rules.inexact(eqn.outputs[0]):

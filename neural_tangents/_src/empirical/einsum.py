@@ -1,13 +1,12 @@
 """Einsum letters, and einsums of many operands in the cheapest order.
 
-Structured derivatives write every Jacobian, cotangent and kernel as an
-einsum whose dimensions are named by integer *letters*. `Letters` hands out
-fresh ones; a `Letter` is `None` for a dimension of size 1, which an einsum
-can drop (`mask`, `squeeze_units`). A `Factor` is a value of the network as
-it enters such an einsum. `einsum` contracts `(array, letters)` pairs along
+Every empirical kernel implementation writes its kernels (and structured
+derivatives every Jacobian and cotangent) as an einsum whose dimensions are
+named by integer *letters*. `Letters` hands out fresh ones; a `Letter` is
+`None` for a dimension of size 1, which an einsum can drop (`mask`,
+`squeeze_units`). `einsum` contracts `(array, letters)` pairs along
 opt_einsum's optimal path, one `lax.dot_general` per pair.
 """
-import dataclasses
 import functools
 import math
 from typing import Any, Callable, Optional, Sequence
@@ -16,7 +15,6 @@ from jax import lax
 import jax.numpy as jnp
 import opt_einsum
 
-from neural_tangents._src.empirical.structured import program
 from neural_tangents._src.utils.typing import Array
 
 Letter = Optional[int]  # `None` marks a dimension of size 1.
@@ -63,27 +61,6 @@ def squeeze_units(x: Array, letters: Sequence[Letter], lead: int) -> Array:
   """
   axes = tuple(lead + i for i, letter in enumerate(letters) if letter is None)
   return jnp.squeeze(x, axes) if axes else x
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Factor:
-  """A value of the network as it enters an einsum.
-
-  Attributes:
-    atom: the program value it is computed from.
-    letters: letters of the factor's dimensions (after `transform`).
-    transform: applied to the atom's value to get the factor, or None.
-    atom_letters: letters of the atom's own dimensions, where known (used to
-      check that a batched atom has the example letter on its batch axis).
-  """
-  atom: program.Atom
-  letters: tuple[Letter, ...]
-  transform: Optional[Callable[[Array], Array]] = None
-  atom_letters: Optional[tuple[Letter, ...]] = None
-
-  def value(self, atom_value: Array) -> Array:
-    return (atom_value if self.transform is None else
-            self.transform(atom_value))
 
 
 def einsum_into(operands: list, result: Sequence[int], shape: Sequence[int],
@@ -134,7 +111,9 @@ def einsum(*operands_and_letters, result: Sequence[int]) -> Array:
     return jnp.einsum(*args, list(result))
   for a, letter in zip(arrays, letters):
     if a.ndim != len(letter):
-      raise ValueError(f'An operand of shape {a.shape} has letters {letter}.')
+      raise ValueError(
+          f'`operands_and_letters`: an operand of shape {a.shape} has '
+          f'letters {letter}; give one letter per dimension of the operand.')
   path, _ = _contraction_path(tuple(tuple(letter) for letter in letters),
                               tuple(tuple(a.shape) for a in arrays),
                               tuple(result))
