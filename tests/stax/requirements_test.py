@@ -472,7 +472,12 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     spec = self._spec(stax.parallel(*layers))
     self.assertEqual(spec,
                      protocol.in_parallel([self._spec(l) for l in layers]))
-    self.assertEqual(spec.input_axes, [(0, -1), (0, -1), None])
+    self.assertEqual(spec.input_axes, protocol.InputAxes(per_input=(
+        protocol.InputAxes(0, -1), protocol.InputAxes(0, -1),
+        protocol.InputAxes())))
+    # The legacy list-of-pairs encoding converts to the same `InputAxes`.
+    self.assertEqual(protocol.InputAxes.of([(0, -1), (0, -1), None]),
+                     spec.input_axes)
 
   def test_repeat_spec_is_repeated(self):
     block = _residual_block()
@@ -484,7 +489,8 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     spec = self._spec(_user_layer([]))
     self.assertEqual(spec, protocol.KernelSpec(protocol.UNDECLARED))
     self.assertEqual(spec.name, 'kernel_fn')
-    self.assertIsNone(spec.input_axes)
+    self.assertFalse(spec.input_axes.declared)
+    self.assertEqual(spec.input_axes, protocol.InputAxes.of(None))
     self.assertFalse(spec.supports_masking)
     self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, False)),
                      requirements.Allowed(True, False))
