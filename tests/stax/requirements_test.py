@@ -1,6 +1,7 @@
 """Tests of the layer machinery: `get`, inputs, representations, `Kernel`."""
 import functools
 import operator
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -99,6 +100,28 @@ class GetTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual((out.shape1, out.shape2), ((3, 2), (4, 2)))
     self.assertEqual(kernel_fn(x1, x2, 'is_gaussian'), k.is_gaussian)
     self.assertIsNone(kernel_fn(x1, x2, 'mask1'))
+
+
+class ParseGetOnceTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.parameters('ntk', ('nngp', 'ntk'), None)
+  def test_get_is_parsed_once_per_call(self, get):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu(), stax.Dense(1))
+    x1, x2 = _inputs()
+    parse_get = requirements.arguments.parse_get
+    calls = []
+
+    def counting(*args, **kwargs):
+      calls.append(args[0])
+      return parse_get(*args, **kwargs)
+
+    with mock.patch.object(requirements.arguments, 'parse_get', counting):
+      out = kernel_fn(x1, x2, get)
+      self.assertEqual(calls, [get])
+      kernel_fn(kernel_fn(x1, x2), None, get)  # A `Kernel` input.
+      self.assertEqual(calls, [get] * 3)
+    if get == 'ntk':
+      self.assertEqual(out.shape, (3, 4))
 
 
 class KeywordsTest(test_utils.NeuralTangentsTestCase):

@@ -19,6 +19,7 @@ Combinators build their spec from their layers' with `compose` (`serial`),
 `in_parallel` (`parallel`) and `repeated` (`repeat`).
 
 Example:
+  >>> from neural_tangents import stax
   >>> dense, relu = stax.Dense(1)[2], stax.Relu()[2]
   >>> spec = compose([kernel_spec(dense), kernel_spec(relu)])
   >>> spec == kernel_spec(stax.serial(stax.Dense(1), stax.Relu())[2])
@@ -459,6 +460,7 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
   Example:
     >>> kernel_spec(lambda k: k).requirements == UNDECLARED
     True
+    >>> from neural_tangents import stax
     >>> kernel_spec(stax.Dense(1)[2]).supports_masking
     True
   """

@@ -48,6 +48,9 @@ What a layer declares is one `KernelSpec` on its kernel op, read with
 `kernel_spec(kernel_fn)` (see `protocol`).
 
 Example:
+  >>> from jax import random
+  >>> x1 = random.normal(random.PRNGKey(1), (3, 4))
+  >>> x2 = random.normal(random.PRNGKey(2), (2, 4))
   >>> @layer
   ... def Scale(c: float):
   ...   init_fn = lambda rng, input_shape: (input_shape, ())
