@@ -104,7 +104,8 @@ class GetTest(test_utils.NeuralTangentsTestCase):
 
 class ParseGetOnceTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.parameters('ntk', ('nngp', 'ntk'), None)
+  @parameterized.named_parameters(('name', 'ntk'), ('names', ('nngp', 'ntk')),
+                                  ('none', None))
   def test_get_is_parsed_once_per_call(self, get):
     _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu(), stax.Dense(1))
     x1, x2 = _inputs()
@@ -118,8 +119,9 @@ class ParseGetOnceTest(test_utils.NeuralTangentsTestCase):
     with mock.patch.object(requirements.arguments, 'parse_get', counting):
       out = kernel_fn(x1, x2, get)
       self.assertEqual(calls, [get])
-      kernel_fn(kernel_fn(x1, x2), None, get)  # A `Kernel` input.
-      self.assertEqual(calls, [get] * 3)
+      k = kernel_fn(x1, x2)  # A call with get=None.
+      kernel_fn(k, None, get)  # A `Kernel` input.
+      self.assertEqual(calls, [get, None, get])
     if get == 'ntk':
       self.assertEqual(out.shape, (3, 4))
 
