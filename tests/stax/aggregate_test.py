@@ -7,7 +7,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
-from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax import inputs
 from tests import test_utils
 from tests import upstream_reference
 
@@ -45,7 +45,7 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     for diagonal_batch, diagonal_spatial in ((True, False), (False, True)):
       k = kernel_fn(x1, x2, pattern=(p1, p2), diagonal_batch=diagonal_batch,
                     diagonal_spatial=diagonal_spatial)
-      expected = requirements.inputs_to_kernel(
+      expected = inputs.inputs_to_kernel(
           y1, y2, diagonal_batch=diagonal_batch,
           diagonal_spatial=diagonal_spatial, compute_ntk=True)
       for name in ('nngp', 'cov1', 'cov2'):

@@ -21,7 +21,7 @@ import numpy as np
 from neural_tangents import stax
 from neural_tangents._src.stax import convolution
 from neural_tangents._src.stax import windows
-from neural_tangents._src.stax.requirements import inputs_to_kernel
+from neural_tangents._src.stax.inputs import inputs_to_kernel
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
 from tests import test_utils

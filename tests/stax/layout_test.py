@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax import layout
-from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax import inputs
 from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
 
@@ -34,7 +34,7 @@ class LayoutTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(full[0, 1, 0, 1, 2, 2], 0.)
 
   def test_check_layout_names_the_layer_and_axes(self):
-    k = requirements.inputs_to_kernel(
+    k = inputs.inputs_to_kernel(
         jnp.ones((2, 3, 4)), None, diagonal_batch=True,
         diagonal_spatial=False, compute_ntk=True)
     layout.check_layout(k, 0, -1, 'Dense')

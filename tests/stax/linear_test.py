@@ -148,11 +148,18 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '`parameterization`'):
       stax.Dense(3, parameterization='mup')
 
-  @parameterized.named_parameters(('int', 2), ('length_1', (1,)),
-                                  ('zero', (1, 0)), ('float', (1.5, 1)))
-  def test_bad_s_raises(self, s):
-    with self.assertRaisesRegex(ValueError, r'`s` must be a pair'):
+  @parameterized.named_parameters(
+      ('int', 2, TypeError), ('length_1', (1,), ValueError),
+      ('zero', (1, 0), ValueError), ('float', (1.5, 1), TypeError))
+  def test_bad_s_raises(self, s, error):
+    with self.assertRaisesRegex(error, r'`s` must be a pair of positive ints.*'
+                                r'got .*Pass e\.g\. s=\(1, 1\)'):
       stax.Dense(3, parameterization='standard', s=s)
+
+  def test_bad_batch_axis_out_raises(self):
+    with self.assertRaisesRegex(ValueError, r'`batch_axis_out` of `Flatten` '
+                                r'must be 0 or 1.*got 2\. Pass 0'):
+      stax.Flatten(batch_axis_out=2)
 
 
 class FlattenTest(test_utils.NeuralTangentsTestCase):

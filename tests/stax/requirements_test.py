@@ -1,6 +1,7 @@
 """Tests of the layer machinery: `get`, inputs, representations, `Kernel`."""
 import functools
 import operator
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -99,6 +100,30 @@ class GetTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual((out.shape1, out.shape2), ((3, 2), (4, 2)))
     self.assertEqual(kernel_fn(x1, x2, 'is_gaussian'), k.is_gaussian)
     self.assertIsNone(kernel_fn(x1, x2, 'mask1'))
+
+
+class ParseGetOnceTest(test_utils.NeuralTangentsTestCase):
+
+  @parameterized.named_parameters(('name', 'ntk'), ('names', ('nngp', 'ntk')),
+                                  ('none', None))
+  def test_get_is_parsed_once_per_call(self, get):
+    _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu(), stax.Dense(1))
+    x1, x2 = _inputs()
+    parse_get = requirements.arguments.parse_get
+    calls = []
+
+    def counting(*args, **kwargs):
+      calls.append(args[0])
+      return parse_get(*args, **kwargs)
+
+    with mock.patch.object(requirements.arguments, 'parse_get', counting):
+      out = kernel_fn(x1, x2, get)
+      self.assertEqual(calls, [get])
+      k = kernel_fn(x1, x2)  # A call with get=None.
+      kernel_fn(k, None, get)  # A `Kernel` input.
+      self.assertEqual(calls, [get, None, get])
+    if get == 'ntk':
+      self.assertEqual(out.shape, (3, 4))
 
 
 class KeywordsTest(test_utils.NeuralTangentsTestCase):
@@ -472,7 +497,12 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     spec = self._spec(stax.parallel(*layers))
     self.assertEqual(spec,
                      protocol.in_parallel([self._spec(l) for l in layers]))
-    self.assertEqual(spec.input_axes, [(0, -1), (0, -1), None])
+    self.assertEqual(spec.input_axes, protocol.InputAxes(per_input=(
+        protocol.InputAxes(0, -1), protocol.InputAxes(0, -1),
+        protocol.InputAxes())))
+    # The legacy list-of-pairs encoding converts to the same `InputAxes`.
+    self.assertEqual(protocol.InputAxes.of([(0, -1), (0, -1), None]),
+                     spec.input_axes)
 
   def test_repeat_spec_is_repeated(self):
     block = _residual_block()
@@ -484,7 +514,8 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     spec = self._spec(_user_layer([]))
     self.assertEqual(spec, protocol.KernelSpec(protocol.UNDECLARED))
     self.assertEqual(spec.name, 'kernel_fn')
-    self.assertIsNone(spec.input_axes)
+    self.assertFalse(spec.input_axes.declared)
+    self.assertEqual(spec.input_axes, protocol.InputAxes.of(None))
     self.assertFalse(spec.supports_masking)
     self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, False)),
                      requirements.Allowed(True, False))

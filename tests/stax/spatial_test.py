@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents import stax
-from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax import inputs
 from tests import test_utils
 
 _MC_TOL = 0.05  # relative to the kernel's largest entry.
@@ -34,7 +34,7 @@ class _ExactMixin:
     for diagonal_batch, diagonal_spatial in ((True, False), (False, True)):
       k = kernel_fn(x1, x2, diagonal_batch=diagonal_batch,
                     diagonal_spatial=diagonal_spatial, **kernel_kwargs)
-      expected = requirements.inputs_to_kernel(
+      expected = inputs.inputs_to_kernel(
           y1, y2, diagonal_batch=diagonal_batch,
           diagonal_spatial=diagonal_spatial, compute_ntk=True,
           batch_axis=k.batch_axis, channel_axis=k.channel_axis)

@@ -84,5 +84,57 @@ class RealNumberTest(parameterized.TestCase):
       arguments.real_number(value, 'W_std', 'Pass e.g. W_std=1.')
 
 
+class PositiveIntTest(test_utils.NeuralTangentsTestCase):
+  """One check family: `TypeError` for non-ints, `ValueError` for values
+  out of range, messages naming the argument, the value and the fix."""
+
+  @parameterized.named_parameters(
+      ('float', 2.5, TypeError, r'got 2\.5 \(float\)'),
+      ('bool', True, TypeError, r'got True \(bool\)'),
+      ('string', '3', TypeError, r"got '3' \(str\)"),
+      ('zero', 0, ValueError, 'got 0'),
+      ('negative', -2, ValueError, 'got -2'))
+  def test_bad_int(self, value, error, got):
+    with self.assertRaisesRegex(error, r'`num` of `FanOut` must be a positive '
+                                f'int; {got}. Pass e.g. num=2.'):
+      arguments.positive_int(value, 'num', 'Pass e.g. num=2.',
+                             layer_name='FanOut')
+
+  def test_int_accepts_numpy_ints_and_minimum(self):
+    self.assertEqual(arguments.positive_int(np.int32(3), 'n', 'Fix.'), 3)
+    self.assertEqual(arguments.positive_int(0, 'n', 'Fix.', minimum=0), 0)
+    with self.assertRaisesRegex(ValueError, '`n` must be a non-negative int'):
+      arguments.positive_int(-1, 'n', 'Fix.', minimum=0)
+
+  @parameterized.named_parameters(
+      ('not_a_tuple', 3, TypeError, r'got 3 \(int\)'),
+      ('float_entry', (2, 1.5), TypeError, r'entry 1\.5 is a float'),
+      ('bool_entry', (True, 2), TypeError, r'entry True is a bool'),
+      ('empty', (), ValueError, r'got \(\)'),
+      ('zero_entry', [2, 0], ValueError, r'got \[2, 0\]'),
+      ('wrong_length', (2, 2, 2), ValueError,
+       r'one entry per spatial dimension \(2\); got \(2, 2, 2\) of length 3'
+       r'\. Pass 2 values'))
+  def test_bad_tuple(self, value, error, got):
+    with self.assertRaisesRegex(error, r'`strides` of `Conv` must be .* '
+                                f'positive ints.*{got}.*Pass e.g. strides'):
+      arguments.positive_int_tuple(value, 'strides', 'Pass e.g. strides=(1, '
+                                   '1).', layer_name='Conv', length=2,
+                                   length_of='spatial dimension')
+
+  def test_tuple_and_wrappers_agree(self):
+    self.assertEqual(arguments.positive_int_tuple([np.int64(2), 3], 's', 'F.'),
+                     (2, 3))
+    self.assertEqual(arguments.positive_int_pair([1, 2], 's', 'F.'), (1, 2))
+    self.assertEqual(arguments.positive_ints((3, 3), 'filter_shape', 'Conv'),
+                     (3, 3))
+    for check in (lambda v: arguments.positive_int_pair(v, 's', 'F.'),
+                  lambda v: arguments.positive_ints(v, 'strides', 'Conv', 2)):
+      with self.assertRaises(TypeError):
+        check((1, 1.5))
+      with self.assertRaises(ValueError):
+        check((1, 0))
+
+
 if __name__ == '__main__':
   absltest.main()

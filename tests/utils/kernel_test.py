@@ -7,7 +7,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
-from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax import inputs
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import dataclasses
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -76,7 +76,7 @@ def _input_kernel(x1, x2=None, **kwargs):
   """The kernel of the raw inputs: covariances computed from first principles."""
   defaults = dict(diagonal_batch=True, diagonal_spatial=False,
                   compute_ntk=True)
-  return requirements.inputs_to_kernel(x1, x2, **{**defaults, **kwargs})
+  return inputs.inputs_to_kernel(x1, x2, **{**defaults, **kwargs})
 
 
 class KernelMethodsTest(test_utils.NeuralTangentsTestCase):

@@ -60,6 +60,7 @@ from neural_tangents._src.batching.store import fingerprint_of
 from neural_tangents._src.batching.store import import_zarr
 from neural_tangents._src.batching.store import Store
 from neural_tangents._src.stax import protocol
+from neural_tangents._src.stax import inputs
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
@@ -350,9 +351,9 @@ class Computation:
 
   def _examples(self, x1: Any, x2: Any) -> tuple[int, int]:
     """`(N1, N2)`; sets `symmetric` and the inputs' batch axes."""
-    self.axes1 = requirements.input_batch_axes(self.kernel_fn, x1)
+    self.axes1 = inputs.input_batch_axes(self.kernel_fn, x1)
     self.axes2 = (self.axes1 if x2 is None else
-                  requirements.input_batch_axes(self.kernel_fn, x2))
+                  inputs.input_batch_axes(self.kernel_fn, x2))
     n1 = self._count(x1, self.axes1, 'x1')
     n2 = n1 if x2 is None else self._count(x2, self.axes2, 'x2')
     return n1, n2

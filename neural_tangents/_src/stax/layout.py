@@ -39,7 +39,8 @@ def check_layout(k: Kernel, batch_axis: int, channel_axis: int,
     fix: what to do instead, for the message.
 
   Example:
-    >>> from neural_tangents._src.stax.requirements import inputs_to_kernel
+    >>> import jax.numpy as jnp
+    >>> from neural_tangents._src.stax.inputs import inputs_to_kernel
     >>> k = inputs_to_kernel(jnp.ones((2, 3)), None, diagonal_batch=True,
     ...                      diagonal_spatial=False, compute_ntk=True)
     >>> check_layout(k, 0, -1, 'Dense')  # Matches: no error.

@@ -114,6 +114,8 @@ def Dense(out_dim: int,
     `(init_fn, apply_fn, kernel_fn)`.
 
   Example:
+    >>> from jax import random
+    >>> from neural_tangents import stax
     >>> init_fn, apply_fn, kernel_fn = stax.Dense(512, W_std=1.5, b_std=0.1)
     >>> _, (W, b) = init_fn(random.PRNGKey(0), (-1, 784))
     >>> W.shape, b.shape
@@ -127,7 +129,8 @@ def Dense(out_dim: int,
                         'no bias.', layer_name='Dense', allow_none=True)
   param = arguments.parse_enum(parameterization, Parameterization,
                                'parameterization')
-  s = arguments.positive_int_pair(s, 's', 'Pass e.g. s=(1, 1).')
+  s = arguments.positive_int_tuple(s, 's', 'Pass e.g. s=(1, 1).', length=2,
+                                  length_of='width multiplier (input, output)')
   standard = param == Parameterization.STANDARD
   s_in, s_out = s if standard else (1, 1)
   width = s_out * out_dim  # The actual number of output channels.
@@ -208,6 +211,8 @@ def Identity() -> Layer:
   """The identity layer: `apply_fn(params, x) = x`, kernel unchanged.
 
   Example:
+    >>> import jax.numpy as jnp
+    >>> from neural_tangents import stax
     >>> _, apply_fn, _ = stax.Identity()
     >>> apply_fn((), jnp.ones(3)).shape
     (3,)
@@ -241,12 +246,16 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
     `(init_fn, apply_fn, kernel_fn)`.
 
   Example:
+    >>> from neural_tangents import stax
     >>> init_fn, _, _ = stax.Flatten()
     >>> init_fn(None, (-1, 8, 8, 3))[0]
     (-1, 192)
   """
   if batch_axis_out not in (0, 1, -1, -2):
-    raise ValueError(f'`batch_axis_out` must be 0 or 1; got {batch_axis_out}.')
+    raise ValueError(
+        f'`batch_axis_out` of `Flatten` must be 0 or 1 (or -2, -1); got '
+        f'{batch_axis_out!r}. Pass 0 for `(batch, features)` outputs (the '
+        'default) or 1 for `(features, batch)`.')
   batch_axis_out %= 2
   # The published kernel metadata: channel axis -1 (the last) by default, 0
   # when the batch axis is last.

@@ -72,6 +72,8 @@ How a layer author adds masking (e.g. to a convolution or pooling layer):
    since a kernel holds one covariance per position, not per channel.
 
 Example:
+  >>> import jax.numpy as jnp
+  >>> from neural_tangents import stax
   >>> x = jnp.ones((2, 5, 3)).at[1, 3:].set(0.)  # example 1 has length 3
   >>> mask = jnp.zeros((2, 5, 1), bool).at[1, 3:].set(True)
   >>> _, apply_fn, kernel_fn = stax.serial(stax.Dense(8), stax.Relu())
@@ -108,6 +110,7 @@ class MaskedArray:
       (e.g. `(N, L, 1)` to mask whole positions of `(N, L, C)` sequences).
 
   Example:
+    >>> import jax.numpy as jnp
     >>> x = MaskedArray(jnp.ones((2, 4, 3)), jnp.zeros((2, 4, 1), bool))
     >>> x.shape
     (2, 4, 3)
@@ -276,16 +279,12 @@ def _shapes_of(x: Any) -> Any:
   return tuple(x.shape)
 
 
-def _kernel_masks(k: Any, which: str) -> Any:
+def _kernel_field(k: Any, name: str) -> Any:
+  """Field `name` (e.g. `mask1`, `shape1`) of a kernel, or of each kernel of
+  a list/tuple of them (a layer with several inputs)."""
   if isinstance(k, (list, tuple)):
-    return type(k)(getattr(ki, which) for ki in k)
-  return getattr(k, which)
-
-
-def _kernel_shapes(k: Any, which: str) -> Any:
-  if isinstance(k, (list, tuple)):
-    return type(k)(getattr(ki, which) for ki in k)
-  return getattr(k, which)
+    return type(k)(getattr(ki, name) for ki in k)
+  return getattr(k, name)
 
 
 def _set_masks(out: Any, mask1: Any, mask2: Any, remask: bool) -> Any:
@@ -326,7 +325,8 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
         raise TypeError(
             f'`{layer_fn.__name__}` decorated with `@supports_masking` must '
             'return `(init_fn, apply_fn, kernel_fn)` or `(init_fn, apply_fn, '
-            f'kernel_fn, mask_fn)`; got {len(fns)} values.')
+            f'kernel_fn, mask_fn)`; got {len(fns)} values. Return the three '
+            'functions, plus `mask_fn` if the layer changes the mask.')
       kernel_op = protocol.kernel_op_of(kernel_op)
 
       @functools.wraps(apply_fn)
@@ -347,10 +347,10 @@ def supports_masking(remask_kernel: bool) -> Callable[[Callable], Callable]:
         out = kernel_op(k, **kwargs)
         return _set_masks(
             out,
-            _map_mask_fn(mask_fn, _kernel_masks(k, 'mask1'),
-                         _kernel_shapes(k, 'shape1')),
-            _map_mask_fn(mask_fn, _kernel_masks(k, 'mask2'),
-                         _kernel_shapes(k, 'shape2')),
+            _map_mask_fn(mask_fn, _kernel_field(k, 'mask1'),
+                         _kernel_field(k, 'shape1')),
+            _map_mask_fn(mask_fn, _kernel_field(k, 'mask2'),
+                         _kernel_field(k, 'shape2')),
             remask_kernel)
 
       spec = protocol.kernel_spec(kernel_op)
@@ -376,6 +376,9 @@ def unmask_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     `fn` with unmasked outputs.
 
   Example:
+    >>> from jax import random
+    >>> from neural_tangents import stax
+    >>> x1 = random.normal(random.PRNGKey(1), (3, 4))
     >>> init_fn, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu())
     >>> _, params = init_fn(random.PRNGKey(0), x1.shape)
     >>> apply_fn = stax.unmask_fn(apply_fn)

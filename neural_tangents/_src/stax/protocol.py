@@ -10,7 +10,8 @@ written by hand, which declares nothing and is treated as a local layer,
 * which representations of its input kernel the op can read, given those its
   output may be stored in (`Requirements`, one `Diagonal` per axis kind; see
   `requirements` for their meaning), resolved by `allowed_inputs`;
-* the `(batch_axis, channel_axis)` its inputs are laid out in, if declared;
+* the `(batch_axis, channel_axis)` its inputs are laid out in, if declared
+  (`InputAxes`);
 * whether it handles masked inputs (`supports_masking`);
 * the layer's name, for messages.
 
@@ -18,6 +19,7 @@ Combinators build their spec from their layers' with `compose` (`serial`),
 `in_parallel` (`parallel`) and `repeated` (`repeat`).
 
 Example:
+  >>> from neural_tangents import stax
   >>> dense, relu = stax.Dense(1)[2], stax.Relu()[2]
   >>> spec = compose([kernel_spec(dense), kernel_spec(relu)])
   >>> spec == kernel_spec(stax.serial(stax.Dense(1), stax.Relu())[2])
@@ -30,7 +32,7 @@ import enum
 import functools
 import inspect
 import operator
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 
 class Bool(enum.IntEnum):
@@ -151,6 +153,98 @@ def _conjunction_states(states: Any) -> Allowed:
                  Bool(min(s.diagonal_spatial for s in leaves)))
 
 
+@dataclasses.dataclass(frozen=True)
+class InputAxes:
+  """The `(batch_axis, channel_axis)` layout a layer expects of its inputs.
+
+  One of three forms:
+
+  * undeclared, `InputAxes()`: the layer does not say (a hand-written
+    `kernel_fn`, or a layer without axes); inputs are read as
+    `(batch, ..., channels)`, i.e. batch axis 0 and channel axis -1;
+  * declared for one input, `InputAxes(batch_axis, channel_axis)`;
+  * one per input of a `parallel` layer, `InputAxes(per_input=(...))`,
+    each entry an `InputAxes` (nested for nested `parallel`s).
+
+  `KernelSpec` converts the legacy encoding of these (`None`, a
+  `(batch_axis, channel_axis)` tuple, a list of them) with `InputAxes.of`.
+
+  Example:
+    >>> axes = InputAxes.of([(0, 1), None])
+    >>> axes.first()
+    InputAxes(batch_axis=0, channel_axis=1, per_input=None)
+    >>> [a.batch_axis for a in axes.for_inputs(('x', 'y'))]
+    [0, 0]
+  """
+  batch_axis: Optional[int] = None
+  channel_axis: Optional[int] = None
+  per_input: Optional[tuple['InputAxes', ...]] = None
+
+  def __post_init__(self):
+    if self.per_input is not None and (self.batch_axis is not None or
+                                       self.channel_axis is not None):
+      raise ValueError(
+          f'`InputAxes` declares either `batch_axis`/`channel_axis` (one '
+          f'input) or `per_input` (several); got batch_axis={self.batch_axis}, '
+          f'channel_axis={self.channel_axis} and per_input={self.per_input}. '
+          'Pass only one of them.')
+    if self.per_input is not None:
+      object.__setattr__(self, 'per_input',
+                         tuple(InputAxes.of(a) for a in self.per_input))
+    elif (self.batch_axis is None) != (self.channel_axis is None):
+      # One axis declared: the other takes its default.
+      object.__setattr__(self, 'batch_axis',
+                         0 if self.batch_axis is None else self.batch_axis)
+      object.__setattr__(self, 'channel_axis',
+                         -1 if self.channel_axis is None else
+                         self.channel_axis)
+
+  @classmethod
+  def of(cls, value: Union['InputAxes', None, tuple[int, int], list]
+         ) -> 'InputAxes':
+    """`value` as `InputAxes`: `None`, a `(batch_axis, channel_axis)` pair,
+    a list of such values (one per input), or an `InputAxes`."""
+    if isinstance(value, InputAxes):
+      return value
+    if value is None:
+      return cls()
+    if isinstance(value, list):
+      return cls(per_input=tuple(cls.of(v) for v in value))
+    if (isinstance(value, tuple) and len(value) == 2 and
+        all(isinstance(a, int) and not isinstance(a, bool) for a in value)):
+      return cls(batch_axis=value[0], channel_axis=value[1])
+    raise TypeError(
+        f'`input_axes` must be None, a `(batch_axis, channel_axis)` tuple of '
+        f'ints, a list of them (one per input) or an `InputAxes`; got '
+        f'{value!r}. Pass e.g. input_axes=(0, -1).')
+
+  @property
+  def declared(self) -> bool:
+    """Whether the layer says anything about its inputs' axes."""
+    return self.per_input is not None or self.batch_axis is not None
+
+  def first(self) -> 'InputAxes':
+    """The first single-input layout declared (depth first), or the
+    undeclared one: what a network given one input array expects of it."""
+    if self.per_input is None:
+      return self
+    for axes in self.per_input:
+      axes = axes.first()
+      if axes.declared:
+        return axes
+    return InputAxes()
+
+  def for_inputs(self, x: Any) -> Any:
+    """One single-input `InputAxes` per input array of `x`, in the (nested)
+    list/tuple structure of `x`, undeclared ones filled with `(0, -1)`."""
+    if not isinstance(x, (list, tuple)):
+      axes = self.first()
+      return axes if axes.declared else InputAxes(0, -1)
+    per_input = (self.per_input if self.per_input is not None else
+                 (self,) * len(x))
+    return type(x)(a.for_inputs(xi) for a, xi in zip(per_input, x))
+
+
 class Combination(enum.Enum):
   """How a spec is made of the specs of other layers."""
   SERIAL = 'serial'
@@ -176,9 +270,10 @@ class KernelSpec:
       declares its own `requirements`).
     parts: the specs of the combined layers.
     depth: for `Combination.REPEAT`, how many times `parts[0]` is applied.
-    input_axes: `(batch_axis, channel_axis)` of the inputs the layer expects,
-      a list of them (one per input) for `parallel`, or `None` when the layer
-      does not declare them.
+    input_axes: the `InputAxes` of the inputs the layer expects (one per
+      input for `parallel`; undeclared by default). The legacy encoding
+      (`None`, a `(batch_axis, channel_axis)` tuple, a list of them) is
+      converted.
     supports_masking: whether the layer handles masked inputs (see
       `masking`); one that does not refuses them.
     name: the layer's name, for messages.
@@ -190,11 +285,14 @@ class KernelSpec:
   combination: Optional[Combination] = None
   parts: tuple['KernelSpec', ...] = ()
   depth: int = 1
-  input_axes: Any = None
+  input_axes: InputAxes = InputAxes()
   supports_masking: bool = False
   name: Optional[str] = dataclasses.field(default=None, compare=False)
   keywords: Optional[frozenset[str]] = dataclasses.field(default=frozenset(),
                                                          compare=False)
+
+  def __post_init__(self):
+    object.__setattr__(self, 'input_axes', InputAxes.of(self.input_axes))
 
   def allowed_inputs(self, output_allowed: Any) -> Any:
     """The representations the input may have, given those of the output.
@@ -260,7 +358,8 @@ def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
     Diagonal(input=<Bool.NO: 0>, output=<Bool.NO: 0>)
   """
   specs = tuple(specs)
-  axes = next((s.input_axes for s in specs if s.input_axes is not None), None)
+  axes = next((s.input_axes for s in specs if s.input_axes.declared),
+              InputAxes())
   if specs and all(s.combination is None for s in specs):
     return KernelSpec(
         requirements=functools.reduce(operator.rshift,
@@ -284,7 +383,9 @@ def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
   """
   specs = tuple(specs)
   return KernelSpec(requirements=None, combination=Combination.PARALLEL,
-                    parts=specs, input_axes=[s.input_axes for s in specs],
+                    parts=specs,
+                    input_axes=InputAxes(
+                        per_input=tuple(s.input_axes for s in specs)),
                     supports_masking=True, keywords=union_keywords(specs))
 
 
@@ -359,6 +460,7 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
   Example:
     >>> kernel_spec(lambda k: k).requirements == UNDECLARED
     True
+    >>> from neural_tangents import stax
     >>> kernel_spec(stax.Dense(1)[2]).supports_masking
     True
   """

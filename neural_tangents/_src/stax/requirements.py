@@ -12,7 +12,8 @@ that users call, which:
    input kernel that every layer allows (batch-diagonal `cov1`/`cov2`,
    spatially diagonal covariances), by propagating requirements backwards from
    the representation asked for at the output;
-3. builds the input `Kernel`, skipping the NTK when `get` does not need it;
+3. builds the input `Kernel` (`inputs.inputs_to_kernel`), skipping the NTK
+   when `get` does not need it;
 4. runs the ops and returns what `get` asks for.
 
 A layer written by hand, `(init_fn, apply_fn, kernel_fn)` with a plain
@@ -47,6 +48,9 @@ What a layer declares is one `KernelSpec` on its kernel op, read with
 `kernel_spec(kernel_fn)` (see `protocol`).
 
 Example:
+  >>> from jax import random
+  >>> x1 = random.normal(random.PRNGKey(1), (3, 4))
+  >>> x2 = random.normal(random.PRNGKey(2), (2, 4))
   >>> @layer
   ... def Scale(c: float):
   ...   init_fn = lambda rng, input_shape: (input_shape, ())
@@ -66,16 +70,14 @@ import functools
 from typing import Any, Callable, Optional
 
 import jax
-from jax import lax
-import jax.numpy as jnp
 
+from neural_tangents._src.stax import inputs
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import protocol
 # Covariance layouts; `ensure_full_spatial` and `map_covariances` are
 # importable from here too.
 from neural_tangents._src.stax.layout import embed_spatial_diagonal
 from neural_tangents._src.stax.layout import ensure_full_spatial
-from neural_tangents._src.stax.layout import interleave_pairs
 from neural_tangents._src.stax.layout import map_covariances
 # `supports_masking` is defined with the rest of masking; re-exported here.
 from neural_tangents._src.stax.masking import supports_masking  # pylint: disable=unused-import
@@ -84,6 +86,7 @@ from neural_tangents._src.stax.protocol import Allowed
 from neural_tangents._src.stax.protocol import Bool
 from neural_tangents._src.stax.protocol import conjunction
 from neural_tangents._src.stax.protocol import Diagonal
+from neural_tangents._src.stax.protocol import InputAxes
 from neural_tangents._src.stax.protocol import kernel_op_of
 from neural_tangents._src.stax.protocol import kernel_spec
 from neural_tangents._src.stax.protocol import KernelSpec
@@ -91,7 +94,6 @@ from neural_tangents._src.stax.protocol import Requirements
 from neural_tangents._src.stax.protocol import undeclared_kernel_op
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
-from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
@@ -121,11 +123,9 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
     A decorator attaching the `KernelSpec` of these requirements to the
     kernel op.
   """
-  input_axes = (None if batch_axis is None and channel_axis is None
-                else (0 if batch_axis is None else batch_axis,
-                      -1 if channel_axis is None else channel_axis))
+  # One axis given: the other takes its default (see `InputAxes`).
   spec = KernelSpec(Requirements(diagonal_batch, diagonal_spatial),
-                    input_axes=input_axes)
+                    input_axes=InputAxes(batch_axis, channel_axis))
 
   def decorator(kernel_op: Callable) -> Callable:
     return protocol.with_spec(kernel_op, dataclasses.replace(
@@ -138,8 +138,9 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 # The public `kernel_fn`.
 
 
-def _parse_get_single(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
-  """`(names or None, single)` of `get`, or raises `ValueError`."""
+def _parse_get(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
+  """`(names or None, single)` of `get` (see `arguments.parse_get`), or
+  raises `ValueError`."""
   try:
     return arguments.parse_get(get, GET_FIELDS)
   except ValueError as e:
@@ -150,18 +151,14 @@ def _parse_get_single(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
     ) from None
 
 
-def _parse_get(get: Any) -> Optional[tuple[str, ...]]:
-  """`get` as a tuple of names (or `None`), or raises `ValueError`."""
-  return _parse_get_single(get)[0]
-
-
-def _select(k: Any, get: Any) -> Any:
-  """Extracts what `get` asks for from a kernel (or a pytree of kernels)."""
-  names, single = _parse_get_single(get)
+def _select(k: Any, names: Optional[tuple[str, ...]], single: bool,
+            get: Any) -> Any:
+  """Extracts the fields `names` (parsed from `get`, which is named in
+  messages) from a kernel or a (nested) list/tuple of kernels."""
   if names is None:
     return k
   if isinstance(k, (list, tuple)):
-    return type(k)(_select(ki, get) for ki in k)
+    return type(k)(_select(ki, names, single, get) for ki in k)
 
   def field(name):
     if name == 'cov2' and k.cov2 is None:
@@ -176,179 +173,6 @@ def _select(k: Any, get: Any) -> Any:
   if single:
     return field(names[0])
   return utils.get_namedtuple(names)(*(field(name) for name in names))
-
-
-def _move_to_standard_layout(x: jax.Array, batch_axis: int,
-                             channel_axis: int) -> jax.Array:
-  """Moves batch to the front and channels to the back: `(N, S..., C)`."""
-  ndim = x.ndim
-  batch_axis, channel_axis = batch_axis % ndim, channel_axis % ndim
-  if batch_axis == channel_axis:
-    raise ValueError(
-        f'`batch_axis` ({batch_axis}) and `channel_axis` ({channel_axis}) must '
-        'differ. Pass distinct axes to the first layer.')
-  order = [batch_axis] + [i for i in range(ndim)
-                          if i not in (batch_axis, channel_axis)]
-  return jnp.transpose(x, order + [channel_axis])
-
-
-# Up to this many channels, `covariance` of spatially diagonal kernels sums
-# outer products directly instead of calling a matmul.
-_MAX_UNROLLED_CHANNELS = 8
-
-
-def covariance(x1: jax.Array, x2: jax.Array, batch_pair: bool,
-               diagonal_spatial: bool) -> jax.Array:
-  """Channel-averaged covariance of activations in `(N, S..., C)` layout.
-
-  Args:
-    x1: `(N1, S_1, ..., S_d, C)` activations.
-    x2: `(N2, S_1, ..., S_d, C)` activations (`N2 == N1` if not `batch_pair`).
-    batch_pair: whether to pair every example of `x1` with every example of
-      `x2` (`(N1, N2, ...)`), or only example `i` with example `i`
-      (`(N, ...)`).
-    diagonal_spatial: whether to keep only equal positions.
-
-  Returns:
-    The covariance in the `Kernel` layout.
-  """
-  n_spatial = x1.ndim - 2
-  hi = lax.Precision.HIGHEST
-  c = x1.shape[-1]
-  if diagonal_spatial:
-    if batch_pair and c <= _MAX_UNROLLED_CHANNELS:
-      # A few channels (e.g. RGB images): an unrolled sum of outer products
-      # is written once in the `Kernel` layout, where a batched matmul with
-      # the spatial axes as batch would run a tiny contraction per position
-      # and then transpose the whole `(N1, N2, S...)` result.
-      out = x1[:, None, ..., 0] * x2[None, :, ..., 0]
-      for i in range(1, c):
-        out = out + x1[:, None, ..., i] * x2[None, :, ..., i]
-      return out / c
-    spec = 'n...c,m...c->nm...' if batch_pair else 'n...c,n...c->n...'
-    return jnp.einsum(spec, x1, x2, precision=hi) / c
-  if batch_pair:
-    out = jnp.tensordot(x1, x2, axes=(-1, -1), precision=hi) / c
-    # (N1, S..., N2, S'...) -> (N1, N2, S..., S'...)
-    out = jnp.moveaxis(out, 1 + n_spatial, 1)
-    return interleave_pairs(out, 2, n_spatial)
-  out = jax.vmap(lambda a, b: jnp.tensordot(a, b, axes=(-1, -1),
-                                            precision=hi))(x1, x2) / c
-  return interleave_pairs(out, 1, n_spatial)
-
-
-def _check_input(x: Any, name: str) -> jax.Array:
-  if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
-    raise TypeError(f'`{name}` must be an array; got {type(x).__name__}. Pass '
-                    'a `jnp.ndarray` of shape (batch, ..., channels).')
-  if x.ndim < 2:
-    raise ValueError(
-        f'`{name}` must have a batch and a channel axis; got shape {x.shape}. '
-        f'Reshape it, e.g. `{name}.reshape(-1, 1)` for scalar features.')
-  x = jnp.asarray(x)
-  if jnp.issubdtype(x.dtype, jnp.complexfloating):
-    raise TypeError(
-        f'`{name}` must be real; got dtype {x.dtype}. Kernels of complex '
-        f'inputs are not defined here: pass e.g. `{name}.real`, or the real '
-        f'and imaginary parts as channels, '
-        f'`jnp.concatenate([{name}.real, {name}.imag], axis=-1)`.')
-  if not jnp.issubdtype(x.dtype, jnp.floating):
-    # Bool and int inputs: the kernel of `x.astype(float)`. (A bool
-    # contraction would be a logical dot product.)
-    x = x.astype(jnp.result_type(float))
-  return x
-
-
-def _scale_examples(z: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """`(z / s, s)` for per-example powers of 2 `s` near `max |z_i|`.
-
-  Products of input entries overflow (float32 inputs above about 1.8e19)
-  where the covariance itself is representable; covariances of the scaled inputs are then
-  multiplied back by `s_i s_j`. The scaling is exact, so in the normal range
-  the covariance is bitwise the same as without it.
-  """
-  amax = jnp.max(jnp.abs(z), axis=tuple(range(1, z.ndim)))
-  s = scaling.power_of_two(scaling.exponent_of(amax) - 1, z.dtype)
-  return z / s.reshape((-1,) + (1,) * (z.ndim - 1)), s
-
-
-def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
-                     diagonal_batch: bool, diagonal_spatial: bool,
-                     compute_ntk: bool, batch_axis: int = 0,
-                     channel_axis: int = -1,
-                     mask_constant: Optional[float] = None) -> Kernel:
-  """The `Kernel` of raw inputs (the covariance a `Dense` layer sees).
-
-  Masked inputs (`MaskedArray`s, or entries equal to `mask_constant`) are
-  zeroed before computing covariances, and their masks stored in `mask1` /
-  `mask2` (see `masking`).
-
-  Args:
-    x1: inputs, `(N1, ..., C)` with batch and channel axes as given, or a
-      `MaskedArray`.
-    x2: inputs or `None` for `x1`.
-    diagonal_batch: keep only the batch diagonal of `cov1` / `cov2`.
-    diagonal_spatial: keep only the spatial diagonal.
-    compute_ntk: whether to track the NTK (starts at zero).
-    batch_axis: batch axis of the inputs.
-    channel_axis: channel axis of the inputs.
-    mask_constant: if not `None`, input entries equal to it are masked.
-
-  Returns:
-    The input `Kernel`.
-  """
-  x1, mask1 = masking.split(masking.get_masked_array(x1, mask_constant, 'x1'))
-  x2, mask2 = masking.split(masking.get_masked_array(x2, mask_constant, 'x2'))
-  if x2 is None:
-    mask2 = mask1
-  x1 = _check_input(x1, 'x1')
-  if x2 is not None:
-    x2 = _check_input(x2, 'x2')
-    b = batch_axis % x1.ndim
-    if (x1.ndim != x2.ndim or
-        x1.shape[:b] + x1.shape[b + 1:] != x2.shape[:b] + x2.shape[b + 1:]):
-      raise ValueError(
-          f'`x1` and `x2` must have the same shape except along the batch axis '
-          f'{batch_axis}; got x1.shape={x1.shape} and x2.shape={x2.shape}. '
-          'Pass `x2` with the same features as `x1` (or `x2=None`).')
-  z1 = _move_to_standard_layout(x1, batch_axis, channel_axis)
-  z2 = z1 if x2 is None else _move_to_standard_layout(x2, batch_axis,
-                                                        channel_axis)
-  z1, s1 = _scale_examples(z1)
-  z2, s2 = (z1, s1) if x2 is None else _scale_examples(z2)
-
-  def scaled_cov(za, sa, zb, sb, batch_pair):
-    out = covariance(za, zb, batch_pair, diagonal_spatial)
-    lead = 2 if batch_pair else 1
-    sa = sa.reshape((-1,) + (1,) * (out.ndim - 1))
-    sb = sb.reshape((1,) * (lead - 1) + (-1,) + (1,) * (out.ndim - lead))
-    # Not `sa * sb` first: that can overflow where the kernel does not.
-    return out * sa * sb
-
-  nngp = scaled_cov(z1, s1, z2, s2, True)
-
-  def self_cov(z, s):
-    return scaled_cov(z, s, z, s, not diagonal_batch)
-
-  cov1 = self_cov(z1, s1)
-  cov2 = None if x2 is None else self_cov(z2, s2)
-  return Kernel(
-      nngp=nngp,
-      ntk=jnp.zeros_like(nngp) if compute_ntk else None,
-      cov1=cov1,
-      cov2=cov2,
-      mask1=mask1,
-      mask2=mask2,
-      x1_is_x2=x2 is None,
-      is_gaussian=False,
-      is_reversed=False,
-      is_input=True,
-      diagonal_batch=diagonal_batch,
-      diagonal_spatial=diagonal_spatial,
-      shape1=tuple(x1.shape),
-      shape2=tuple(x1.shape if x2 is None else x2.shape),
-      batch_axis=batch_axis,
-      channel_axis=channel_axis)
 
 
 def match_representation(k: Any, allowed: Any) -> Any:
@@ -389,70 +213,12 @@ def is_kernel_tree(x: Any) -> bool:
           all(is_kernel_tree(xi) for xi in x))
 
 
-def _map_inputs(fn: Callable, x1: Any, x2: Any) -> Any:
-  """Maps `fn(x1_leaf, x2_leaf)` over (list/tuple) pytrees of inputs."""
-  if isinstance(x1, (list, tuple)):
-    if x2 is None:
-      x2 = [None] * len(x1)
-    if not isinstance(x2, (list, tuple)) or len(x2) != len(x1):
-      raise ValueError(
-          f'`x2` must have the same structure as `x1` ({len(x1)} inputs); got '
-          f'{type(x2).__name__}. Pass one `x2` array per `x1` array, or None.')
-    return type(x1)(_map_inputs(fn, a, b) for a, b in zip(x1, x2))
-  return fn(x1, x2)
-
-
 def _broadcast_allowed(allowed: Any, x1: Any) -> Any:
   if isinstance(x1, (list, tuple)):
     if isinstance(allowed, Allowed):
       allowed = [allowed] * len(x1)
     return type(x1)(_broadcast_allowed(a, x) for a, x in zip(allowed, x1))
   return conjunction(allowed)
-
-
-def _first_axes(axes: Any) -> Any:
-  """The first `(batch_axis, channel_axis)` declared in a pytree of them."""
-  if axes is None or not isinstance(axes, list):
-    return axes
-  for a in axes:
-    a = _first_axes(a)
-    if a is not None:
-      return a
-  return None
-
-
-def _broadcast_axes(axes: Any, x1: Any) -> Any:
-  if not isinstance(x1, (list, tuple)):
-    axes = _first_axes(axes)
-  if isinstance(x1, (list, tuple)):
-    if axes is None or (isinstance(axes, tuple) and len(axes) == 2 and
-                        all(isinstance(a, int) for a in axes)):
-      axes = [axes] * len(x1)
-    return type(x1)(_broadcast_axes(a, x) for a, x in zip(axes, x1))
-  return (0, -1) if axes is None else axes
-
-
-def input_batch_axes(kernel_fn: Callable, x: Any) -> Any:
-  """The batch axis of each input array of `x` that `kernel_fn` expects.
-
-  Args:
-    kernel_fn: a kernel function (a stax one declares its input axes; any
-      other is taken to have batch axis 0).
-    x: an input array or a (nested) list/tuple of them.
-
-  Returns:
-    An int per input array, in the structure of `x` (lists/tuples only).
-
-  Example:
-    >>> _, _, kernel_fn = stax.parallel(stax.Dense(1), stax.Dense(1))
-    >>> input_batch_axes(kernel_fn, (jnp.ones((2, 3)), jnp.ones((2, 4))))
-    (0, 0)
-  """
-  axes = _broadcast_axes(kernel_spec(kernel_fn).input_axes, x)
-  return jax.tree_util.tree_map(
-      lambda a: a[0], axes,
-      is_leaf=lambda a: isinstance(a, tuple) and len(a) == 2 and isinstance(
-          a[0], int))
 
 
 def public_kernel_fn(kernel_op: Callable) -> Callable:
@@ -483,7 +249,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     Returns:
       What `get` asks for.
     """
-    names = _parse_get(get)
+    names, single = _parse_get(get)  # Once per call.
     mask_constant = kwargs.pop('mask_constant', None)
     spec = kernel_spec(kernel_op)
     _check_keywords(spec, kwargs)
@@ -494,22 +260,23 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
             'Kernel already holds both sides (its `nngp` is the x1-x2 '
             f'covariance); got x2 of type {type(x2).__name__}. Call '
             '`kernel_fn(kernel)`, or `kernel_fn(x1, x2)` with input arrays.')
-      return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), get)
+      return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), names,
+                     single, get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
     allowed_in = _broadcast_allowed(spec.allowed_inputs(requested),
                                     x1_or_kernel)
-    axes = _broadcast_axes(spec.input_axes, x1_or_kernel)
+    axes = spec.input_axes.for_inputs(x1_or_kernel)
 
     def to_kernel(x1, x2, allowed, axes):
-      return inputs_to_kernel(
+      return inputs.inputs_to_kernel(
           x1, x2,
           diagonal_batch=allowed.diagonal_batch,
           diagonal_spatial=allowed.diagonal_spatial,
           compute_ntk=compute_ntk,
-          batch_axis=axes[0],
-          channel_axis=axes[1],
+          batch_axis=axes.batch_axis,
+          channel_axis=axes.channel_axis,
           mask_constant=mask_constant)
 
     def build(x1, x2, allowed, axes):
@@ -534,7 +301,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
             f'input, for inputs of shape {full_inputs[0]}. Pass '
             '`diagonal_spatial=False` (the default).')
 
-    x2s = _map_inputs(lambda a, b: b, x1_or_kernel, x2)
+    x2s = inputs.pair_inputs(x1_or_kernel, x2)
     full_inputs = []
     k = build(x1_or_kernel, x2s, allowed_in, axes)
     out = kernel_op(k, **kwargs)
@@ -542,7 +309,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     out = match_representation(out, requested)
     if not compute_ntk:
       out = _drop_ntk(out)
-    return _select(out, get)
+    return _select(out, names, single, get)
 
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn

@@ -128,10 +128,23 @@ def canonicalize_axes(axes: Union[int, Sequence[int]], ndim: int,
 
 
 
+def _is_int(value: Any) -> bool:
+  """Whether `value` is a Python or NumPy int (bools are not ints here)."""
+  return (isinstance(value, (int, np.integer)) and
+          not isinstance(value, (bool, np.bool_)))
+
+
+def _int_kind(minimum: int) -> str:
+  return {0: 'a non-negative int', 1: 'a positive int'}.get(
+      minimum, f'an int >= {minimum}')
+
 
 def positive_int(value: Any, name: str, fix: str, *, layer_name: str = '',
                  minimum: int = 1) -> int:
   """`value` as an int `>= minimum` (1: positive, 0: non-negative).
+
+  The one check of int arguments; `positive_int_tuple` applies it to each
+  entry of a tuple.
 
   Args:
     value: the argument.
@@ -152,71 +165,95 @@ def positive_int(value: Any, name: str, fix: str, *, layer_name: str = '',
     3
   """
   where = f' of `{layer_name}`' if layer_name else ''
-  kind = {0: 'a non-negative int', 1: 'a positive int'}.get(
-      minimum, f'an int >= {minimum}')
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, (int, np.integer))):
-    raise TypeError(f'`{name}`{where} must be {kind}; got {value!r}. {fix}')
+  kind = _int_kind(minimum)
+  if not _is_int(value):
+    raise TypeError(f'`{name}`{where} must be {kind}; got {value!r} '
+                    f'({type(value).__name__}). {fix}')
   if value < minimum:
     raise ValueError(f'`{name}`{where} must be {kind}; got {value}. {fix}')
   return int(value)
 
 
+def positive_int_tuple(value: Any, name: str, fix: str, *,
+                       layer_name: str = '', length: Optional[int] = None,
+                       length_of: str = 'entry', minimum: int = 1
+                       ) -> tuple[int, ...]:
+  """`value` as a non-empty tuple of ints `>= minimum` (see `positive_int`).
+
+  Args:
+    value: the argument (e.g. a filter shape, strides, or the standard
+      parameterization's `s`), a tuple or list.
+    name: the argument's name, for the message.
+    fix: how to fix a bad value, for the message.
+    layer_name: the layer the argument belongs to, if any, for the message.
+    length: the required length, if any.
+    length_of: what each entry corresponds to, for the message.
+    minimum: the smallest valid entry.
+
+  Returns:
+    The tuple of ints.
+
+  Raises:
+    TypeError: if `value` is not a tuple/list, or an entry is not an int.
+    ValueError: if it is empty, of the wrong `length`, or an entry is
+      smaller than `minimum`.
+
+  Example:
+    >>> positive_int_tuple([2, 2], 'strides', 'Pass e.g. strides=(1, 1).')
+    (2, 2)
+  """
+  where = f' of `{layer_name}`' if layer_name else ''
+  ints = _int_kind(minimum).split(' ', 1)[1] + 's'
+  what = (f'`{name}`{where} must be '
+          f'{"a pair" if length == 2 else "a non-empty tuple"} of {ints}')
+  if length is not None:
+    what += f', one entry per {length_of} ({length})'
+  if not isinstance(value, (tuple, list)):
+    raise TypeError(f'{what}; got {value!r} ({type(value).__name__}). {fix}')
+  if not all(_is_int(v) for v in value):
+    bad = next(v for v in value if not _is_int(v))
+    raise TypeError(f'{what}; got {value!r}, whose entry {bad!r} is a '
+                    f'{type(bad).__name__}. {fix}')
+  if not value or any(v < minimum for v in value):
+    raise ValueError(f'{what}; got {value!r}. {fix}')
+  if length is not None and len(value) != length:
+    raise ValueError(f'{what}; got {value!r} of length {len(value)}. Pass '
+                     f'{length} values. {fix}')
+  return tuple(int(v) for v in value)
+
+
+# Thin wrappers of `positive_int_tuple` kept for `convolution.py` and
+# `pooling.py` until they call it directly.
+
 
 def positive_int_pair(value: Any, name: str, fix: str, *,
                       layer_name: str = '') -> tuple[int, int]:
-  """`value` as a pair of positive ints (e.g. the standard parameterization's
-  `s`), else a `ValueError`.
+  """`positive_int_tuple(value, ..., length=2)` (e.g. the standard
+  parameterization's `s`).
 
   Example:
     >>> positive_int_pair([1, 2], 's', 'Pass e.g. s=(1, 1).')
     (1, 2)
   """
-  where = f' of `{layer_name}`' if layer_name else ''
-  if (not isinstance(value, (tuple, list)) or len(value) != 2 or
-      any(isinstance(v, (bool, np.bool_)) or
-          not isinstance(v, (int, np.integer)) or v <= 0 for v in value)):
-    raise ValueError(f'`{name}`{where} must be a pair of positive ints; got '
-                     f'{value!r}. {fix}')
-  return int(value[0]), int(value[1])
+  return positive_int_tuple(value, name, fix, layer_name=layer_name,
+                            length=2,
+                            length_of='width multiplier (input, output)')
+
 
 def positive_ints(value: Any, name: str, layer_name: str,
                   length: Optional[int] = None,
                   length_of: str = 'spatial dimension',
                   example: str = '(3, 3)') -> tuple[int, ...]:
-  """`value` as a non-empty tuple of positive ints, else a `ValueError`.
-
-  Args:
-    value: the argument (e.g. a filter shape or strides).
-    name: the argument's name, for the message.
-    layer_name: the layer's name, for the message.
-    length: the required length, if any.
-    length_of: what each entry corresponds to, for the message.
-    example: a valid value, for the message.
-
-  Returns:
-    The tuple of ints.
+  """`positive_int_tuple` with a fix built from a valid `example`.
 
   Example:
     >>> positive_ints([2, 2], 'strides', 'Conv')
     (2, 2)
   """
-  try:
-    values = tuple(value)
-  except TypeError:
-    values = None
-  if (values is None or not values or
-      any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
-          for v in values)):
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must be a non-empty tuple of positive '
-        f'ints; got {value!r}. Pass e.g. {name}={example} for images.')
-  if length is not None and len(values) != length:
-    raise ValueError(
-        f'`{name}` of `{layer_name}` must have one entry per {length_of} '
-        f'({length}); got {value!r} of length {len(values)}. Pass {length} '
-        'values, or None for all 1s.')
-  return values
+  return positive_int_tuple(
+      value, name, f'Pass e.g. {name}={example} for images, or None for all '
+      '1s.' if name == 'strides' else f'Pass e.g. {name}={example} for '
+      'images.', layer_name=layer_name, length=length, length_of=length_of)
 
 
 def callable_arg(value: Any, name: str, fix: str) -> Any:
