@@ -4,6 +4,9 @@ batches, and Monte Carlo / empirical estimates of kernels of finite networks.
 Import it as `from tests import test_utils` (the repository root is on
 `sys.path` under `python -m pytest`).
 """
+import os
+
+from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
@@ -11,6 +14,35 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents._src.utils import kernel as kernel_lib
+
+# Heavier sweeps (more shapes, layers or implementations of a property that
+# the default run already checks on one representative case) run only with
+# `NT_TEST_FULL=1`, to keep CI's `pytest -n 2` under 35 minutes on 2 cores.
+FULL = os.environ.get('NT_TEST_FULL', '') not in ('', '0')
+
+
+def full_sweep(reason: str = 'a heavier sweep'):
+  """Skips a test (or parameterized case) unless `NT_TEST_FULL=1`.
+
+  Args:
+    reason: what the skipped sweep adds to the default run.
+  """
+  return absltest.skipUnless(FULL, f'{reason}: set NT_TEST_FULL=1 to run it')
+
+
+def full_sweep_only(test: absltest.TestCase, case_is_extra: bool,
+                    reason: str = 'an extra case of a sweep') -> None:
+  """Inside a parameterized test: skips the extra cases unless `NT_TEST_FULL=1`.
+
+  Args:
+    test: the running test case.
+    case_is_extra: whether this case is beyond the representative ones that
+      always run.
+    reason: what the extra cases add.
+  """
+  if case_is_extra and not FULL:
+    test.skipTest(f'{reason}: set NT_TEST_FULL=1 to run it')
+
 
 # Relative tolerances per (backend, dtype). GPU/TPU matmuls may use reduced
 # precision internally, so their float32 tolerances are looser.
