@@ -44,6 +44,20 @@ def full_sweep_only(test: absltest.TestCase, case_is_extra: bool,
     test.skipTest(f'{reason}: set NT_TEST_FULL=1 to run it')
 
 
+# The repository root (child processes get it as PYTHONPATH).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+  import zarr  # pylint: disable=g-import-not-at-top,unused-import
+  HAVE_ZARR = True
+except ImportError:  # The `store` extra (in the `test` extra) is missing.
+  HAVE_ZARR = False
+
+# Skips a test of the on-disk kernel store when zarr is missing.
+needs_zarr = absltest.skipIf(not HAVE_ZARR,
+                             'needs zarr: pip install ".[store]"')
+
+
 # Relative tolerances per (backend, dtype). GPU/TPU matmuls may use reduced
 # precision internally, so their float32 tolerances are looser.
 _TOLERANCES = {

@@ -21,15 +21,8 @@ import numpy as np
 
 from tests import test_utils
 
-try:
-  import zarr  # pylint: disable=g-import-not-at-top,unused-import
-  _HAVE_ZARR = True
-except ImportError:  # The `store` extra (in the `test` extra) is missing.
-  _HAVE_ZARR = False
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-_RECIPE = os.path.join(_ROOT, 'examples', 'multihost_kernel.py')
+_RECIPE = os.path.join(test_utils.REPO_ROOT, 'examples',
+                       'multihost_kernel.py')
 _TIMEOUT_S = 240
 _N, _BATCH_SIZE = 8, 4  # 2 x 2 blocks: 2 diagonal ones and 1 above.
 
@@ -51,7 +44,8 @@ def run_processes(n_processes: int, directory: str, *flags: str
                   ) -> list[dict[str, object]]:
   """Runs the recipe as `n_processes` local processes; their saved outputs."""
   port = _free_port()
-  env = dict(os.environ, PYTHONPATH=_ROOT, JAX_PLATFORMS='cpu')
+  env = dict(os.environ, PYTHONPATH=test_utils.REPO_ROOT,
+             JAX_PLATFORMS='cpu')
   output = os.path.join(directory, 'out')
   processes = []
   try:
@@ -82,7 +76,7 @@ def run_processes(n_processes: int, directory: str, *flags: str
   return results
 
 
-@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
+@test_utils.needs_zarr
 class TwoProcessesTest(test_utils.NeuralTangentsTestCase):
 
   def test_two_processes_compute_each_block_once_and_agree(self):

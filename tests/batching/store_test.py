@@ -16,21 +16,12 @@ import time
 
 from absl.testing import absltest
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
 from tests import test_utils
 
-try:
-  import zarr  # pylint: disable=g-import-not-at-top,unused-import
-  _HAVE_ZARR = True
-except ImportError:  # The `store` extra (in the `test` extra) is missing.
-  _HAVE_ZARR = False
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 
 def _network(w_std=1.5):
@@ -42,7 +33,7 @@ def _inputs(n=7, seed=0):
   return np.random.default_rng(seed).standard_normal((n, 3))
 
 
-@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
+@test_utils.needs_zarr
 class StoreTest(test_utils.NeuralTangentsTestCase):
 
   def setUp(self):
@@ -158,7 +149,7 @@ _SLOW_STORE_SCRIPT = textwrap.dedent('''
 ''')
 
 
-@absltest.skipIf(not _HAVE_ZARR, 'needs zarr: pip install ".[store]"')
+@test_utils.needs_zarr
 class KilledRunTest(test_utils.NeuralTangentsTestCase):
 
   def test_sigkill_then_restart_recomputes_only_missing_blocks(self):
@@ -167,8 +158,8 @@ class KilledRunTest(test_utils.NeuralTangentsTestCase):
     directory = temporary.name
     store = os.path.join(directory, 'kernel')
     out = os.path.join(directory, 'k.npy')
-    env = dict(os.environ, PYTHONPATH=_ROOT, JAX_PLATFORMS='cpu',
-               NT_TEST_BLOCK_SECONDS='0.3')
+    env = dict(os.environ, PYTHONPATH=test_utils.REPO_ROOT,
+               JAX_PLATFORMS='cpu', NT_TEST_BLOCK_SECONDS='0.3')
     command = [sys.executable, '-c', _SLOW_STORE_SCRIPT, store, out]
     process = subprocess.Popen(command, env=env, start_new_session=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
