@@ -297,7 +297,8 @@ class NoSpatialDimensionsTest(test_utils.NeuralTangentsTestCase):
                           tuple(dense[2](x1, x2, ('nngp', 'ntk'))))
 
   def test_empty_filter_shape_rejects_strides(self):
-    with self.assertRaisesRegex(ValueError, r'`strides`.*filter_shape=\(\)'):
+    with self.assertRaisesRegex(
+        ValueError, r'`strides`.*filter_shape=\(\).*\(2,\).*Pass strides=None'):
       stax.Conv(4, (), strides=(2,))
 
 
@@ -503,6 +504,17 @@ class ErrorTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, r'`dimension_numbers`.*NHWC.*'
                                 r'not a valid layout'):
       stax.Conv(3, (3, 3), dimension_numbers=('NHWC', 'HWIO', 'NHC'))
+
+  def test_parameterization_is_parsed_as_dense_parses_it(self):
+    x = jnp.ones((2, 4, 4, 3))
+    expected = stax.Conv(2, (2, 2), parameterization='standard')[2](x, None)
+    for value in ('STANDARD', stax.Parameterization.STANDARD):
+      got = stax.Conv(2, (2, 2), parameterization=value)[2](x, None)
+      self.assertAllClose(got, expected, rtol=0, atol=0)
+    with self.assertRaisesRegex(
+        ValueError, r"`parameterization='nkt'`.*\['NTK', 'STANDARD'\].*"
+        r'Pass e.g. parameterization='):
+      stax.ConvLocal(2, (2, 2), parameterization='nkt')
 
   def test_bad_filter_shape_and_out_chan(self):
     with self.assertRaisesRegex(ValueError, r'`filter_shape`.*positive ints'):

@@ -11,6 +11,7 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax.masking import MaskedArray
+from neural_tangents._src.utils.kernel import Kernel
 from tests import test_utils
 from tests.test_utils import assert_matches_monte_carlo
 from tests.test_utils import empirical_ntk_errors
@@ -221,6 +222,108 @@ class ShapeTest(test_utils.NeuralTangentsTestCase):
     k = kernels(kernel_fn, x, None, None)
     self.assertEqual(k.shape1, (2,) + out_shape[1:])
     self.assertTrue(np.all(np.isfinite(k.nngp)))
+
+
+def _kernel_of_inputs_of_different_sizes(x1, x2):
+  """The input `Kernel` of `(N1, S..., C)` `x1` and `(N2, S'..., C)` `x2`,
+  built by hand: full spatial covariances, batch-diagonal `cov1` / `cov2`."""
+  self_cov = lambda y: jnp.stack([pair_covariance(a[None], a[None])[0, 0]
+                                  for a in y])
+  nngp = pair_covariance(x1, x2)
+  return Kernel(nngp=nngp, ntk=jnp.zeros_like(nngp), cov1=self_cov(x1),
+                cov2=self_cov(x2), mask1=None, mask2=None, x1_is_x2=False,
+                is_gaussian=False, is_reversed=False, is_input=True,
+                diagonal_batch=True, diagonal_spatial=False,
+                shape1=x1.shape, shape2=x2.shape, batch_axis=0,
+                channel_axis=-1)
+
+
+def _explicit_conv_relu_global_avg_pool(x1, x2, b_std):
+  """NNGP and NTK of `serial(Conv(_, (2,), padding='SAME', b_std=b_std),
+  Relu(), GlobalAvgPool(), Dense(1))` on sequences, by explicit loops over
+  positions (each input zero-padded by one position at its end)."""
+  pad = lambda x: np.pad(np.asarray(x), ((0, 0), (0, 1), (0, 0)))
+  p1, p2 = pad(x1), pad(x2)
+  cov = lambda a, b: (a @ b.T) / a.shape[-1]
+
+  def conv(a, b, h, g):  # nngp' of positions h of `a` and g of `b`.
+    return sum(cov(a[h + i], b[g + i]) for i in range(2)) / 2 + b_std**2
+
+  nngp = np.zeros((len(x1), len(x2)))
+  ntk = np.zeros_like(nngp)
+  for n, a in enumerate(p1):
+    for m, b in enumerate(p2):
+      for h in range(x1.shape[1]):
+        for g in range(x2.shape[1]):
+          q, q1, q2 = conv(a, b, h, g), conv(a, a, h, h), conv(b, b, g, g)
+          t = np.arccos(np.clip(q / np.sqrt(q1 * q2), -1, 1))
+          relu = np.sqrt(q1 * q2) / (2 * np.pi) * (np.sin(t) +
+                                                   (np.pi - t) * np.cos(t))
+          # The conv's NTK equals its NNGP (inputs have a zero NTK).
+          relu_ntk = q * (np.pi - t) / (2 * np.pi)
+          nngp[n, m] += relu
+          ntk[n, m] += relu_ntk
+  size = x1.shape[1] * x2.shape[1]
+  return nngp / size, ntk / size + nngp / size
+
+
+class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
+  """`x1` and `x2` of different spatial sizes (issue 21 item 9): the kernel
+  of a network read out by global pooling exists and is computed with the
+  windows of each side."""
+
+  def test_global_pooling_matches_explicit_sums(self):
+    x1, _ = inputs((2, 5, 3), (1, 5, 3))
+    x2, _ = inputs((3, 4, 3), (1, 4, 3), seed=3)
+    net = stax.serial(stax.Conv(8, (2,), padding='SAME', b_std=0.3),
+                      stax.Relu(), stax.GlobalAvgPool(), stax.Dense(1))
+    k = net[2](_kernel_of_inputs_of_different_sizes(x1, x2))
+    nngp, ntk = _explicit_conv_relu_global_avg_pool(x1, x2, 0.3)
+    self.assertEqual(k.nngp.shape, (2, 3))
+    self.assertAllClose(k.nngp, nngp, rtol=1e-10, atol=1e-12)
+    self.assertAllClose(k.ntk, ntk, rtol=1e-10, atol=1e-12)
+    # Not the kernel of `x2` zero-padded to the size of `x1`.
+    padded = jnp.pad(x2, ((0, 0), (0, 1), (0, 0)))
+    self.assertGreater(
+        float(jnp.max(jnp.abs(net[2](x1, padded, 'nngp') - k.nngp))), 1e-3)
+
+  @parameterized.named_parameters(('same', 'SAME'), ('valid', 'VALID'),
+                                  ('circular', 'CIRCULAR'))
+  def test_windows_of_each_side_in_two_dimensions(self, padding):
+    # Windows, pooling and resizing of each side: each side's covariance is
+    # that of its inputs alone, and swapping the sides transposes `nngp`.
+    x1, _ = inputs((2, 6, 5, 2), (1, 6, 5, 2))
+    x2, _ = inputs((3, 4, 5, 2), (1, 4, 5, 2), seed=3)
+    net = stax.serial(stax.Conv(8, (3, 2), (2, 1), padding=padding),
+                      stax.Relu(),
+                      stax.AvgPool((2, 2), padding='SAME'),
+                      stax.ImageResize((-1, 3, 3, -1), 'linear'),
+                      stax.GlobalSumPool(), stax.Dense(1))
+    k = net[2](_kernel_of_inputs_of_different_sizes(x1, x2))
+    swapped = net[2](_kernel_of_inputs_of_different_sizes(x2, x1))
+    self.assertEqual(k.nngp.shape, (2, 3))
+    self.assertAllClose(k.nngp, swapped.nngp.T, rtol=1e-12, atol=1e-14)
+    self.assertAllClose(k.ntk, swapped.ntk.T, rtol=1e-12, atol=1e-14)
+    # The hand-built input kernel is the one `kernel_fn` builds.
+    same = net[2](_kernel_of_inputs_of_different_sizes(x1, x1[:1]))
+    self.assertAllClose(same.nngp, net[2](x1, x1[:1], 'nngp'), rtol=1e-12,
+                        atol=1e-14)
+    self.assertAllClose(k.cov1, net[2](x1, None, 'cov1', diagonal_batch=True),
+                        rtol=1e-12, atol=1e-14)
+    self.assertAllClose(k.cov2, net[2](x2, None, 'cov1', diagonal_batch=True),
+                        rtol=1e-12, atol=1e-14)
+
+  def test_layers_comparing_positions_one_to_one_raise(self):
+    x1, _ = inputs((2, 5, 3), (1, 5, 3))
+    x2, _ = inputs((3, 4, 3), (1, 4, 3), seed=3)
+    k = _kernel_of_inputs_of_different_sizes(x1, x2)
+    flatten = stax.serial(stax.Conv(4, (2,)), stax.Relu(), stax.Flatten())
+    with self.assertRaisesRegex(ValueError, r'one to one.*\(4,\) and \(3,\).*'
+                                r'Pass `x2` of the same spatial shape'):
+      flatten[2](k)
+    with self.assertRaisesRegex(ValueError, r'`ConvLocal` needs `x1` and `x2` '
+                                r'of the same spatial shape.*Pass `x2`'):
+      stax.ConvLocal(4, (2,))[2](k)
 
 
 class ErrorTest(test_utils.NeuralTangentsTestCase):

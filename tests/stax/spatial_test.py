@@ -97,6 +97,10 @@ class ImageResizeTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
       kernel_fn(x1, None)
     with self.assertRaisesRegex(ValueError, '`method`'):
       stax.ImageResize((-1, 4, 4, -1), 'bogus')
+    _, _, kernel_fn = stax.ImageResize((-1, 0, 4, -1), 'linear')
+    with self.assertRaisesRegex(ValueError, r'`shape`.*\(-1, 0, 4, -1\).*'
+                                r'e\.g\. `\(-1, 16, 16, -1\)`'):
+      kernel_fn(x1, None)
 
   def test_shapes(self):
     init_fn, apply_fn, kernel_fn = stax.ImageResize((-1, 2, 9, -1), 'cubic')
@@ -185,6 +189,12 @@ class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
       stax.Index(stax.Slice[:, None])
     with self.assertRaisesRegex(ValueError, '`idx`.*rank'):
       stax.Index(stax.Slice[:, :, :, :, :])[2](x1, x2)
+    with self.assertRaisesRegex(ValueError, r'`idx`.*at most one `\.\.\.`.*'
+                                r'Spell out'):
+      stax.Index(stax.Slice[..., 1:, ...])[2](x1, x2)
+    with self.assertRaisesRegex(ValueError, r'`idx`=.*axis 1 of size '
+                                f'{x1.shape[1]} with 99.*Pass an index in'):
+      stax.Index(stax.Slice[:, 99])[2](x1, x2)
 
   def test_shapes(self):
     init_fn, apply_fn, _ = stax.Index(stax.Slice[:, 1, ::2])
@@ -305,7 +315,8 @@ class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
 
   def test_errors(self):
     x1, x2 = _inputs()
-    with self.assertRaisesRegex(ValueError, 'not both'):
+    with self.assertRaisesRegex(ValueError, r'`lhs` \(shape \(2, 5\)\).*'
+                                r'`rhs` \(shape \(5, 2\)\).*not both'):
       stax.DotGeneral(lhs=jnp.ones((2, 5)), rhs=jnp.ones((5, 2)))
     _, apply_fn, kernel_fn = stax.DotGeneral(
         rhs=jnp.ones((3, 2)), dimension_numbers=(((3,), (0,)), ((), ())))

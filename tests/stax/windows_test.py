@@ -3,6 +3,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from jax import lax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.stax import windows
 from tests import test_utils
@@ -40,6 +41,20 @@ class WindowGeometryTest(test_utils.NeuralTangentsTestCase):
                   windows.Padding.SAME)
     with self.assertRaisesRegex(ValueError, r'`padding`.*\'FULL\'.*SAME'):
       windows.padding_of('FULL')
+
+  def test_too_many_spatial_dimensions_names_the_fix(self):
+    with self.assertRaisesRegex(ValueError, r'`filter_shape` has 30 entries.*'
+                                r'Pass `dimension_numbers`'):
+      windows.conv_layout(None, 30, 'Conv')
+
+  def test_separable_window_sum_pairs_every_tap(self):
+    x = jnp.arange(36.).reshape(1, 6, 6)
+    dims = [windows.conv_window(6, 3, 2, windows.Padding.SAME)] * 2
+    padded = np.pad(np.asarray(x[0]), dims[0].pads)
+    expected = np.array([[padded[2 * a:2 * a + 3, 2 * b:2 * b + 3].sum()
+                          for b in range(3)] for a in range(3)])
+    self.assertAllClose(windows.separable_window_sum(x, [1, 2], dims)[0],
+                        expected)
 
   def test_letter_windows_follow_the_dimension_numbers(self):
     layout = windows.conv_layout(('NCHW', 'OIHW', 'NCHW'), 2, 'Conv')

@@ -27,9 +27,9 @@ and in the covariances; an output position is masked iff no unmasked input
 position lies in its window, and covariances at masked output positions are
 zeroed (they would otherwise hold the bias).
 
-The window sums `window_sum`, `diagonal_window_sum` and the mask of window
-outputs `window_output_mask` are shared with the pooling layers; the geometry
-of the windows (`Padding`, `WindowDim`, `ConvLayout`) is in `windows`.
+The geometry of the windows (`Padding`, `WindowDim`, `ConvLayout`), the sums
+over them and the mask of window outputs are in `windows`, shared with the
+pooling layers.
 """
 import dataclasses
 import itertools
@@ -45,18 +45,23 @@ import numpy as np
 from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import map_covariances
 from neural_tangents._src.stax.layout import permute_spatial
+from neural_tangents._src.stax.parameterization import Parameterization
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.stax.requirements import supports_masking
-# Window geometry (`Padding` stays importable from here).
+# Window geometry and sums (`Padding` stays importable from here).
 from neural_tangents._src.stax.windows import check_input_rank
 from neural_tangents._src.stax.windows import conv_layout
 from neural_tangents._src.stax.windows import ConvLayout
+from neural_tangents._src.stax.windows import diagonal_window_sum
 from neural_tangents._src.stax.windows import letter_windows
 from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.windows import padding_of
+from neural_tangents._src.stax.windows import prepare_axis
+from neural_tangents._src.stax.windows import window_output_mask
 from neural_tangents._src.stax.windows import window_output_shape
+from neural_tangents._src.stax.windows import window_tap
 from neural_tangents._src.stax.windows import WindowDim
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -67,96 +72,9 @@ from neural_tangents._src.utils.typing import Layer
 Array = jax.Array
 
 
-# -----------------------------------------------------------------------------
-# Sums over sliding windows (their geometry is in `windows`).
-
-
-def prepare_axis(x: Array, axis: int, dim: WindowDim) -> Array:
-  """Dilates and pads `x` along `axis` as `dim` describes."""
-  if dim.dilation > 1:
-    config = [(0, 0, 0)] * x.ndim
-    trailing = dim.dilated_size - ((dim.in_size - 1) * dim.dilation + 1)
-    config[axis] = (0, trailing, dim.dilation - 1)
-    x = lax.pad(x, jnp.zeros((), x.dtype), config)
-  if dim.pads != (0, 0):
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = dim.pads
-    x = jnp.pad(x, widths, mode='wrap' if dim.wrap else 'constant')
-  return x
-
-
-def _strided(x: Array, axis: int, start: int, dim: WindowDim) -> Array:
-  """`x[start::stride]` along `axis`, `dim.out_size` entries."""
-  stop = start + (dim.out_size - 1) * dim.stride + 1
-  return lax.slice_in_dim(x, start, stop, dim.stride, axis)
-
-
-def _reduce_window_sum(x: Array, axes: Sequence[int],
-                       dims: Sequence[WindowDim]) -> Array:
-  """`out[h] = sum_i x[h s + i]` over `axes` (multi-indices `h`, `i`).
-
-  One `lax.reduce_window` sums the whole window in a single pass over `x`,
-  with zero padding and dilation applied on the fly rather than materialized
-  (only wrapped padding is), in the same row-major order of taps as a sum of
-  strided slices, so the result is bitwise that sum.
-  """
-  window, strides = [1] * x.ndim, [1] * x.ndim
-  pads, dilation = [(0, 0)] * x.ndim, [1] * x.ndim
-  for axis, dim in zip(axes, dims):
-    axis %= x.ndim
-    if dim.wrap or min(dim.pads) < 0:
-      x = prepare_axis(x, axis, dim)
-    else:
-      pads[axis], dilation[axis] = dim.pads, dim.dilation
-    window[axis], strides[axis] = dim.size, dim.stride
-  return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides,
-                           pads, base_dilation=dilation)
-
-
-def window_sum(x: Array, axis: int, dim: WindowDim) -> Array:
-  """`out[h] = sum_i x[h s + i]` along `axis` (after dilation and padding)."""
-  x = prepare_axis(x, axis, dim)
-  return sum(_strided(x, axis, i, dim) for i in range(dim.size))
-
-
-def diagonal_window_sum(x: Array, axes: Sequence[Sequence[int]],
-                        dims: Sequence[WindowDim]) -> Array:
-  """The two-point window sum over several spatial dimensions at once.
-
-  `out[h, h'] = sum_i x[h s + i, h' s + i]`, with `h`, `h'`, `i` multi-indices
-  over the spatial dimensions: only equal taps `i` of the two windows are
-  paired, as for a filter shared by the two positions.
-
-  Args:
-    x: array to sum over.
-    axes: for each spatial dimension, the axes of `x` it occupies: a pair
-      `(S_j, S_j')`, or one axis for a spatially diagonal `x` (then
-      `out[h] = sum_i x[h s + i]`).
-    dims: the window of each spatial dimension, applied to all its axes.
-
-  Returns:
-    The window sums, of size `dim.out_size` on each axis of `axes`.
-  """
-  if all(len(dim_axes) == 1 for dim_axes in axes):
-    # A spatially diagonal `x`: an ordinary window sum.
-    return _reduce_window_sum(x, [a for a, in axes], dims)
-  for dim_axes, dim in zip(axes, dims):
-    for axis in dim_axes:
-      x = prepare_axis(x, axis, dim)
-  # One sum over all taps of strided slices of the padded array: XLA fuses it
-  # into a single pass, without a temporary per spatial dimension.
-  out = None
-  for taps in itertools.product(*(range(dim.size) for dim in dims)):
-    tap = x
-    for dim_axes, dim, i in zip(axes, dims, taps):
-      for axis in dim_axes:
-        tap = _strided(tap, axis, i, dim)
-    out = tap if out is None else out + tap
-  return out
-
-
 def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],
-                    diagonal_spatial: bool) -> Array:
+                    diagonal_spatial: bool,
+                    dims2: Optional[Sequence[WindowDim]] = None) -> Array:
   """The covariance map of a shared filter, without `W_std` and bias.
 
   `out[h, h'] = 1/f sum_i x[h s + i, h' s + i]` on each pair of spatial axes
@@ -169,6 +87,9 @@ def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],
     n_batch: number of leading batch axes.
     dims: one window per spatial dimension, in the order of `x`'s axes.
     diagonal_spatial: whether `x` keeps only spatial diagonals.
+    dims2: the windows of the second position `h'` of each pair, when the
+      two sides of a full `x` have different sizes (`x1` and `x2` of
+      different spatial shapes); `None` for `dims`.
 
   Returns:
     The mapped covariance, same layout.
@@ -176,6 +97,8 @@ def conv_covariance(x: Array, n_batch: int, dims: Sequence[WindowDim],
   axes = [[n_batch + j] if diagonal_spatial else
           [n_batch + 2 * j, n_batch + 2 * j + 1] for j in range(len(dims))]
   n_taps = math.prod(d.size for d in dims)
+  if dims2 is not None and not diagonal_spatial:
+    dims = list(zip(dims, dims2))
   window_mean = lambda x: (diagonal_window_sum(x, axes, dims) / n_taps,)
   if diagonal_spatial or n_batch == 0:
     return window_mean(x)[0]
@@ -199,7 +122,8 @@ def _check_kernel_layout(k: Kernel, layout: ConvLayout,
         "the previous layer's output layout.")
 
 
-def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
+def _affine_conv_kernel(k: Kernel,
+                        spatial_map: Callable[[Array, int, int, int], Array],
                         W_std: float, b_std: Optional[float],
                         parameterization: str, s: tuple[int, int],
                         n_taps: int) -> Kernel:
@@ -209,15 +133,17 @@ def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
   gradient w.r.t. the stored `W ~ N(0, W_std^2 / fan_in)` of
   `conv(x, W) / sqrt(s[0])` gives `fan_in * M(nngp)` with the nominal
   `fan_in = C * n_taps / s[0]`, the bias `1`, and the earlier layers
-  `W_std^2 M(ntk)` (Sohl-Dickstein et al. 2020).
+  `W_std^2 M(ntk)` (Sohl-Dickstein et al. 2020). `spatial_map(x, n_batch,
+  left, right)` maps a covariance between positions of inputs `left` and
+  `right` (1 for `x1`, 2 for `x2`), whose spatial shapes may differ.
   """
-  def affine(x, n_batch):
+  def affine(x, n_batch, side):
     if x is None:
       return None
-    out = W_std**2 * spatial_map(x, n_batch)
+    out = W_std**2 * spatial_map(x, n_batch, side, side)
     return out if b_std is None else out + b_std**2
 
-  mapped_nngp = spatial_map(k.nngp, 2)
+  mapped_nngp = spatial_map(k.nngp, 2, 1, 2)
   nngp = W_std**2 * mapped_nngp
   if b_std is not None:
     nngp = nngp + b_std**2
@@ -225,24 +151,15 @@ def _affine_conv_kernel(k: Kernel, spatial_map: Callable[[Array, int], Array],
   if k.ntk is not None:
     # The NTK of raw inputs is zero (`inputs_to_kernel`): mapping it would
     # only have XLA constant-fold a large window sum while compiling.
-    ntk = 0. if k.is_input else W_std**2 * spatial_map(k.ntk, 2)
+    ntk = 0. if k.is_input else W_std**2 * spatial_map(k.ntk, 2, 1, 2)
     if parameterization == 'ntk':
       ntk = ntk + nngp
     else:
       fan_in = k.channels * n_taps / s[0]
       ntk = ntk + fan_in * mapped_nngp + (0. if b_std is None else 1.)
   n_cov_batch = 1 if k.diagonal_batch else 2
-  return k.replace(nngp=nngp, ntk=ntk, cov1=affine(k.cov1, n_cov_batch),
-                   cov2=affine(k.cov2, n_cov_batch))
-
-
-def _parameterization(parameterization: str, layer_name: str) -> str:
-  value = str(getattr(parameterization, 'value', parameterization)).lower()
-  if value not in ('ntk', 'standard'):
-    raise ValueError(
-        f'`parameterization` of `{layer_name}` must be "ntk" or "standard"; '
-        f'got {parameterization!r}.')
-  return value
+  return k.replace(nngp=nngp, ntk=ntk, cov1=affine(k.cov1, n_cov_batch, 1),
+                   cov2=affine(k.cov2, n_cov_batch, 2))
 
 
 def _check_s(s, layer_name: str) -> tuple[int, int]:
@@ -328,8 +245,10 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
     filter_shape = ()
     if strides is not None and not _is_empty_sequence(strides):
       raise ValueError(
-          f'`strides` of `{name}` must be None or () with filter_shape=(); '
-          f'got {strides!r}.')
+          f'`strides` of `{name}` must be None or () with filter_shape=(), '
+          f'which has no spatial dimension to stride over; got {strides!r}. '
+          'Pass strides=None, or a `filter_shape` with one entry per spatial '
+          'dimension.')
     strides = ()
   else:
     filter_shape = arguments.positive_ints(filter_shape, 'filter_shape', name)
@@ -346,7 +265,8 @@ def _conv_spec(name, out_chan, filter_shape, strides, padding, W_std, b_std,
       W_std=W_std,
       b_std=b_std,
       layout=conv_layout(dimension_numbers, len(filter_shape), name),
-      parameterization=_parameterization(parameterization, name),
+      parameterization=arguments.parse_enum(
+          parameterization, Parameterization, 'parameterization').value,
       s=_check_s(s, name),
       transpose=transpose)
 
@@ -369,15 +289,30 @@ def _add_bias(out: Array, b: Optional[Array], spec: _ConvSpec) -> Array:
 
 
 def _kernel_windows(k: Kernel, spec: _ConvSpec
-                    ) -> tuple[list[WindowDim], dict[str, WindowDim]]:
-  """Windows in the kernel's spatial order (that of the input spec)."""
+                    ) -> tuple[dict[int, list[WindowDim]],
+                               dict[int, dict[str, WindowDim]]]:
+  """The windows of each side (1 for `x1`, 2 for `x2`), as a list in the
+  kernel's spatial order (that of the input spec) and by letter."""
   _check_kernel_layout(k, spec.layout, spec.name)
-  windows = spec.windows(k.shape1)
-  return [windows[c] for c in spec.layout.lhs_spatial], windows
+  windows = {1: spec.windows(k.shape1), 2: spec.windows(k.shape2)}
+  dims = {side: [w[c] for c in spec.layout.lhs_spatial]
+          for side, w in windows.items()}
+  return dims, windows
+
+
+def _check_equal_spatial_shapes(k: Kernel, layer_name: str,
+                                why: str) -> None:
+  """Raises a `ValueError` if `x1` and `x2` reach `layer_name` with
+  different spatial shapes, which its kernel cannot compare."""
+  if k.spatial_shape1 != k.spatial_shape2:
+    raise ValueError(
+        f'`{layer_name}` needs `x1` and `x2` of the same spatial shape '
+        f'({why}); they reach it with shapes {k.shape1} and {k.shape2}. Pass '
+        '`x2` of the same spatial shape as `x1` (crop or resize it).')
 
 
 def _to_output_layout(k: Kernel, spec: _ConvSpec,
-                      windows: dict[str, WindowDim]) -> Kernel:
+                      windows: dict[int, dict[str, WindowDim]]) -> Kernel:
   """Moves spatial dims to the output spec's order; updates shapes and axes."""
   layout = spec.layout
   perm = [layout.lhs_spatial.index(c) for c in layout.out_spatial]
@@ -387,8 +322,8 @@ def _to_output_layout(k: Kernel, spec: _ConvSpec,
   return k.replace(
       is_gaussian=True,
       is_input=False,
-      shape1=window_output_shape(k.shape1, layout, windows, width),
-      shape2=window_output_shape(k.shape2, layout, windows, width),
+      shape1=window_output_shape(k.shape1, layout, windows[1], width),
+      shape2=window_output_shape(k.shape2, layout, windows[2], width),
       batch_axis=layout.axis(layout.out, 'N'),
       channel_axis=layout.axis(layout.out, 'C'))
 
@@ -412,38 +347,6 @@ _CONV_ARGS_DOC = """
       `Dense`): `W` has `s1 * out_chan` output channels and the nominal
       fan-in is `in_chan * prod(filter_shape) / s0`; ignored for 'ntk'.
 """
-
-
-def window_output_mask(mask: Array, input_shape: Sequence[int],
-                       spec: str, windows: dict[str, WindowDim],
-                       out_spec: str) -> Array:
-  """The mask of a sliding-window layer's outputs.
-
-  An output position is masked iff no unmasked input position lies in its
-  window (a position is masked iff all its channels are; padding and the
-  zeros a transposed convolution inserts count as masked, wrapped positions
-  keep their mask).
-
-  Args:
-    mask: boolean input mask (`True` = masked), broadcastable to
-      `input_shape`.
-    input_shape: shape of the inputs, laid out as `spec`.
-    spec: axis letters of the inputs (`N`, `C` and spatial letters).
-    windows: the window of each spatial letter.
-    out_spec: axis letters of the outputs.
-
-  Returns:
-    Boolean output mask laid out as `out_spec`, of size 1 on the channel axis
-    (and on the batch axis if `mask` is).
-  """
-  c_axis = spec.index('C')
-  masked = jnp.all(mask, axis=c_axis, keepdims=True)
-  shape = [1 if a == 'C' else masked.shape[i] if a == 'N' else input_shape[i]
-           for i, a in enumerate(spec)]
-  unmasked = jnp.broadcast_to(~masked, shape).astype(jnp.int32)
-  for letter, dim in windows.items():
-    unmasked = window_sum(unmasked, spec.index(letter), dim)
-  return jnp.transpose(unmasked == 0, [spec.index(a) for a in out_spec])
 
 
 # -----------------------------------------------------------------------------
@@ -531,7 +434,8 @@ def _shared_filter_layer(spec: _ConvSpec):
   @_conv_requirements(spec)
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     dims, windows = _kernel_windows(k, spec)
-    spatial_map = lambda x, n: conv_covariance(x, n, dims, k.diagonal_spatial)
+    spatial_map = lambda x, n, left, right: conv_covariance(
+        x, n, dims[left], k.diagonal_spatial, dims[right])
     k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
                             spec.parameterization, spec.s, spec.n_taps)
     return _to_output_layout(k, spec, windows)
@@ -568,12 +472,15 @@ def _local_layer(spec: _ConvSpec):
     # rest of the network asked for full covariances. (Declaring
     # `output=Bool.YES` instead would let a nonlinearity or a bias between
     # this layer and a pooling layer fill those zeros wrongly.)
+    _check_equal_spatial_shapes(k, spec.name, 'its filters differ from one '
+                                'output position to the next')
     dims, windows = _kernel_windows(k, spec)
     full = not k.diagonal_spatial
     if full:
       k = map_covariances(k, kernel_lib.spatial_diagonal).replace(
           diagonal_spatial=True)
-    spatial_map = lambda x, n: conv_covariance(x, n, dims, True)
+    spatial_map = lambda x, n, left, right: conv_covariance(x, n, dims[1],
+                                                            True)
     k = _affine_conv_kernel(k, spatial_map, spec.W_std, spec.b_std,
                             spec.parameterization, spec.s, spec.n_taps)
     k = _to_output_layout(k, spec, windows)
@@ -727,6 +634,6 @@ def _patches(inputs: Array, layout: ConvLayout,
   for offsets in itertools.product(*(range(d.size) for d in dims)):
     tap = x
     for j, (i, dim) in enumerate(zip(offsets, dims)):
-      tap = _strided(tap, 1 + j, i, dim)
+      tap = window_tap(tap, 1 + j, i, dim)
     taps.append(tap)
   return jnp.stack(taps, axis=-2)

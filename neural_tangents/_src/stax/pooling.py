@@ -28,13 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax import masking
-from neural_tangents._src.stax.convolution import prepare_axis
-from neural_tangents._src.stax.convolution import window_output_mask
-from neural_tangents._src.stax.convolution import window_sum
 from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import from_standard
-from neural_tangents._src.stax.layout import map_covariances
 from neural_tangents._src.stax.layout import reduce_spatial
 from neural_tangents._src.stax.layout import spatial_axes
 from neural_tangents._src.stax.requirements import Bool
@@ -45,6 +41,9 @@ from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.stax.windows import axis_windows
 from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.windows import padding_of
+from neural_tangents._src.stax.windows import prepare_axis
+from neural_tangents._src.stax.windows import separable_window_sum
+from neural_tangents._src.stax.windows import window_output_mask
 from neural_tangents._src.stax.windows import WindowDim
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -71,9 +70,7 @@ def _unmasked_positions(mask: Optional[Array], shape: Sequence[int],
 
 def _window_sums(x: Array, dims: Sequence[WindowDim]) -> Array:
   """Multi-dimensional window sums of `(B, S_1, ..., S_d)` over `S_j`."""
-  for j, dim in enumerate(dims):
-    x = window_sum(x, 1 + j, dim)
-  return x
+  return separable_window_sum(x, range(1, 1 + len(dims)), dims)
 
 
 def _average_weights(unmasked: Array, dims: Sequence[WindowDim],
@@ -166,15 +163,22 @@ def _pool(layer_name: str, window_shape, strides, padding,
     return out
 
   def pool_kernel(k: Kernel) -> Kernel:
-    _, dims = windows(k.shape1)
+    # The windows of `x1` and of `x2`, whose spatial shapes may differ.
+    dims = {1: windows(k.shape1)[1], 2: windows(k.shape2)[1]}
 
-    def pool(x, n_batch):
-      for j, dim in enumerate(dims):
-        axis = n_batch + 2 * j
-        x = window_sum(window_sum(x, axis, dim), axis + 1, dim)
-      return x
+    def pool(x, n_batch, left, right):
+      # Every tap of one window with every tap of the other: both axes of
+      # each pair `(S_j, S_j')` summed independently.
+      if x is None:
+        return None
+      pairs = [d for pair in zip(dims[left], dims[right]) for d in pair]
+      return separable_window_sum(x, range(n_batch, n_batch + len(pairs)),
+                                  pairs)
 
-    pooled = map_covariances(k, pool)
+    n_cov_batch = 1 if k.diagonal_batch else 2
+    pooled = k.replace(nngp=pool(k.nngp, 2, 1, 2), ntk=pool(k.ntk, 2, 1, 2),
+                       cov1=pool(k.cov1, n_cov_batch, 1, 1),
+                       cov2=pool(k.cov2, n_cov_batch, 2, 2))
     if average:
       dtype = k.nngp.dtype
       pooled = _weigh_covariances(pooled, weights(k.mask1, k.shape1, dtype),

@@ -41,24 +41,27 @@ def _map_spatial_pairs(k: Kernel, fn) -> Kernel:
   """Applies `fn(x, axis)` to both axes of every spatial pair of every
   covariance (or to the single axis of each, when spatially diagonal).
 
-  `fn(x, axis, spatial_index)` maps axis `axis` of `x`, which holds spatial
-  dimension `spatial_index`, and may change its size (or remove it).
+  `fn(x, axis, spatial_index, side)` maps axis `axis` of `x`, which holds
+  spatial dimension `spatial_index` of the positions of input `side` (1 for
+  `x1`, 2 for `x2`: their spatial shapes may differ), and may change its
+  size (or remove it).
   """
-  def apply(x, n_batch):
+  def apply(x, n_batch, left, right):
     if x is None:
       return None
     # Walk dimensions last to first so that earlier axis numbers stay valid.
     for i in reversed(range(k.n_spatial)):
       if k.diagonal_spatial:
-        x = fn(x, n_batch + i, i)
+        x = fn(x, n_batch + i, i, left)
       else:
-        x = fn(x, n_batch + 2 * i + 1, i)
-        x = fn(x, n_batch + 2 * i, i)
+        x = fn(x, n_batch + 2 * i + 1, i, right)
+        x = fn(x, n_batch + 2 * i, i, left)
     return x
 
   n_cov = 1 if k.diagonal_batch else 2
-  return k.replace(nngp=apply(k.nngp, 2), ntk=apply(k.ntk, 2),
-                   cov1=apply(k.cov1, n_cov), cov2=apply(k.cov2, n_cov))
+  return k.replace(nngp=apply(k.nngp, 2, 1, 2), ntk=apply(k.ntk, 2, 1, 2),
+                   cov1=apply(k.cov1, n_cov, 1, 1),
+                   cov2=apply(k.cov2, n_cov, 2, 2))
 
 
 # -----------------------------------------------------------------------------
@@ -84,7 +87,8 @@ def _resize_shape(shape: Sequence[int], input_shape: Sequence[int],
           f'do: only spatial axes are resized. Pass -1 for the {name} axis.')
   if any(s <= 0 and s != -1 for s in shape):
     raise ValueError(f'`shape` must hold positive sizes or -1; got '
-                     f'{tuple(shape)}.')
+                     f'{tuple(shape)}. Pass the size of each resized axis, '
+                     'and -1 for axes to keep, e.g. `(-1, 16, 16, -1)`.')
   return out
 
 
@@ -158,15 +162,20 @@ def ImageResize(shape: Sequence[int],
       k = ensure_full_spatial(k)
     out1 = _resize_shape(shape, k.shape1, batch_axis, channel_axis)
     out2 = _resize_shape(shape, k.shape2, batch_axis, channel_axis)
-    sizes_in = k.spatial_shape1
-    sizes_out = kernel_lib.spatial_shape(out1, k.batch_axis, k.channel_axis)
-    matrices = [resize(jnp.eye(s, dtype=k.nngp.dtype), (t, s))
-                for s, t in zip(sizes_in, sizes_out)]
+    # The resize matrix of each spatial dimension of each side (`x1` and
+    # `x2` may have different spatial shapes).
+    sizes_in = {1: k.spatial_shape1, 2: k.spatial_shape2}
+    sizes_out = {side: kernel_lib.spatial_shape(out, k.batch_axis,
+                                                k.channel_axis)
+                 for side, out in ((1, out1), (2, out2))}
+    matrices = {side: [resize(jnp.eye(s, dtype=k.nngp.dtype), (t, s))
+                       for s, t in zip(sizes_in[side], sizes_out[side])]
+                for side in (1, 2)}
 
-    def resize_axis(x, axis, i):
-      if sizes_in[i] == sizes_out[i]:
+    def resize_axis(x, axis, i, side):
+      if sizes_in[side][i] == sizes_out[side][i]:
         return x
-      return jnp.moveaxis(jnp.tensordot(matrices[i], x, axes=(1, axis),
+      return jnp.moveaxis(jnp.tensordot(matrices[side][i], x, axes=(1, axis),
                                         precision=lax.Precision.HIGHEST),
                           0, axis)
 
@@ -202,7 +211,9 @@ def _expand_index(idx: Any, ndim: int) -> list[Union[int, slice]]:
           'Build it with `stax.Slice`, e.g. `stax.Slice[:, 1:, ::2]`.')
   n_ellipsis = sum(i is Ellipsis for i in idx)
   if n_ellipsis > 1:
-    raise ValueError(f'`idx` may hold at most one `...`; got {idx!r}.')
+    raise ValueError(f'`idx` may hold at most one `...`; got {idx!r}. Spell '
+                     'out the slices on one side, e.g. '
+                     '`stax.Slice[..., 1:, :]` instead of `[..., 1:, ...]`.')
   n_given = len(idx) - n_ellipsis
   if n_given > ndim:
     raise ValueError(f'`idx`={idx!r} indexes {n_given} axes of inputs of rank '
@@ -215,13 +226,15 @@ def _expand_index(idx: Any, ndim: int) -> list[Union[int, slice]]:
   return list(idx)
 
 
-def _indexed_size(i: Union[int, slice], size: int) -> Optional[int]:
+def _indexed_size(i: Union[int, slice], size: int, axis: int,
+                  idx: Any) -> Optional[int]:
   """Size of an axis of `size` after index `i` (`None`: the axis is gone)."""
   if isinstance(i, slice):
     return len(range(*i.indices(size)))
   if not -size <= i < size:
-    raise ValueError(f'`idx` entry {i} is out of range for an axis of size '
-                     f'{size}.')
+    raise ValueError(f'`idx`={idx!r} indexes axis {axis} of size {size} with '
+                     f'{i}, which is out of range. Pass an index in '
+                     f'[{-size}, {size}), or a slice.')
   return None
 
 
@@ -273,7 +286,8 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
 
   def output_shape(input_shape):
     full = resolve(len(input_shape))
-    sizes = [_indexed_size(i, s) for i, s in zip(full, input_shape)]
+    sizes = [_indexed_size(i, s, axis, idx)
+             for axis, (i, s) in enumerate(zip(full, input_shape))]
     return tuple(s for s in sizes if s is not None)
 
   def output_axes(ndim: int) -> tuple[int, int]:
@@ -316,7 +330,7 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
           'axes.')
     spatial_idx = [full[a] for a in standard_order(ndim, b, c)[1:-1]]
 
-    def index_axis(x, axis, i):
+    def index_axis(x, axis, i, side):
       return x[(slice(None),) * axis + (spatial_idx[i],)]
 
     k = _map_spatial_pairs(k, index_axis)
@@ -433,8 +447,10 @@ def DotGeneral(lhs: Optional[Array] = None,
   """
   if lhs is not None and rhs is not None:
     raise ValueError(
-        '`DotGeneral` takes one constant: pass `lhs` or `rhs`, not both. '
-        'Chain two `DotGeneral` layers to multiply on both sides.')
+        '`DotGeneral` takes one constant, but both `lhs` (shape '
+        f'{jnp.shape(lhs)}) and `rhs` (shape {jnp.shape(rhs)}) were given: '
+        'pass `lhs` or `rhs`, not both. Chain two `DotGeneral` layers to '
+        'multiply on both sides.')
   const = lhs if lhs is not None else rhs
   inputs_are_lhs = rhs is not None
   const = None if const is None else jnp.asarray(const)

@@ -7,15 +7,26 @@ padded (`Padding`: none, zeros, or wrapped around), and windows of `size` taps
 start every `stride` positions (`WindowDim`). A convolution names its axes
 with `dimension_numbers` strings (`ConvLayout`); a pooling layer with its
 batch and channel axes. This module computes the windows of every spatial
-dimension and the output shapes they give; the sums over windows (of
-activations and of covariances) are in `convolution`.
+dimension, the output shapes they give, and the sums over windows that
+convolutions and pooling apply to activations, covariances and masks: along
+one axis (`window_sum`), along several axes independently
+(`separable_window_sum`, every tap paired with every tap: pooling), and
+over pairs of axes with equal taps (`diagonal_window_sum`: a shared filter).
 """
 import dataclasses
 import enum
+import itertools
 import math
 from typing import Sequence, Union
 
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
 from neural_tangents._src.utils import arguments
+
+Array = jax.Array
 
 
 class Padding(str, enum.Enum):
@@ -136,8 +147,11 @@ def _default_spatial_chars(n: int) -> str:
   # letters avoid 'N', 'C', 'I', 'O', which name batch and channel axes.
   pool = 'ABEFGJKLMPQRSTUVXYZ' + 'DHW'
   if n > len(pool):
-    raise ValueError(f'At most {len(pool)} spatial dimensions are supported; '
-                     f'got {n}.')
+    raise ValueError(
+        f'`filter_shape` has {n} entries, more than the {len(pool)} spatial '
+        'dimensions the default `dimension_numbers` can name. Pass '
+        '`dimension_numbers` with one distinct letter per spatial '
+        'dimension.')
   return pool[len(pool) - n:]
 
 
@@ -282,3 +296,151 @@ def axis_windows(shape: Sequence[int], spatial_axes: Sequence[int],
           'positions. Use a smaller window, or padding="SAME" or "CIRCULAR".')
     dims.append(conv_window(shape[axis], size, stride, padding))
   return dims
+
+
+# -----------------------------------------------------------------------------
+# Sums over sliding windows, shared by convolutions and pooling.
+
+
+def prepare_axis(x: Array, axis: int, dim: WindowDim) -> Array:
+  """Dilates and pads `x` along `axis` as `dim` describes."""
+  if dim.dilation > 1:
+    config = [(0, 0, 0)] * x.ndim
+    trailing = dim.dilated_size - ((dim.in_size - 1) * dim.dilation + 1)
+    config[axis] = (0, trailing, dim.dilation - 1)
+    x = lax.pad(x, jnp.zeros((), x.dtype), config)
+  if dim.pads != (0, 0):
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = dim.pads
+    x = jnp.pad(x, widths, mode='wrap' if dim.wrap else 'constant')
+  return x
+
+
+def window_tap(x: Array, axis: int, start: int, dim: WindowDim) -> Array:
+  """Tap `start` of every window along `axis` of a prepared `x`:
+  `x[start::stride]`, `dim.out_size` entries."""
+  stop = start + (dim.out_size - 1) * dim.stride + 1
+  return lax.slice_in_dim(x, start, stop, dim.stride, axis)
+
+
+def reduce_window_sum(x: Array, axes: Sequence[int],
+                       dims: Sequence[WindowDim]) -> Array:
+  """`out[h] = sum_i x[h s + i]` over `axes` (multi-indices `h`, `i`).
+
+  One `lax.reduce_window` sums the whole window in a single pass over `x`,
+  with zero padding and dilation applied on the fly rather than materialized
+  (only wrapped padding is), in the same row-major order of taps as a sum of
+  strided slices, so the result is bitwise that sum.
+  """
+  window, strides = [1] * x.ndim, [1] * x.ndim
+  pads, dilation = [(0, 0)] * x.ndim, [1] * x.ndim
+  for axis, dim in zip(axes, dims):
+    axis %= x.ndim
+    if dim.wrap or min(dim.pads) < 0:
+      x = prepare_axis(x, axis, dim)
+    else:
+      pads[axis], dilation[axis] = dim.pads, dim.dilation
+    window[axis], strides[axis] = dim.size, dim.stride
+  return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides,
+                           pads, base_dilation=dilation)
+
+
+def window_sum(x: Array, axis: int, dim: WindowDim) -> Array:
+  """`out[h] = sum_i x[h s + i]` along `axis` (after dilation and padding)."""
+  x = prepare_axis(x, axis, dim)
+  return sum(window_tap(x, axis, i, dim) for i in range(dim.size))
+
+
+def separable_window_sum(x: Array, axes: Sequence[int],
+                         dims: Sequence[WindowDim]) -> Array:
+  """`out[h] = sum_i x[h s + i]` along each of `axes` in turn.
+
+  Every tap of one axis is paired with every tap of the others (unlike
+  `diagonal_window_sum`): a pooling window, or the count of unmasked
+  entries of a window.
+
+  Example:
+    >>> separable_window_sum(jnp.ones((1, 4, 4)), [1, 2],
+    ...                      [WindowDim(4, 2, 2)] * 2)[0]
+    Array([[4., 4.],
+           [4., 4.]], dtype=float32)
+  """
+  for axis, dim in zip(axes, dims):
+    x = window_sum(x, axis, dim)
+  return x
+
+
+def diagonal_window_sum(
+    x: Array, axes: Sequence[Sequence[int]],
+    dims: Sequence[Union[WindowDim, Sequence[WindowDim]]]) -> Array:
+  """The two-point window sum over several spatial dimensions at once.
+
+  `out[h, h'] = sum_i x[h s + i, h' s + i]`, with `h`, `h'`, `i` multi-indices
+  over the spatial dimensions: only equal taps `i` of the two windows are
+  paired, as for a filter shared by the two positions.
+
+  Args:
+    x: array to sum over.
+    axes: for each spatial dimension, the axes of `x` it occupies: a pair
+      `(S_j, S_j')`, or one axis for a spatially diagonal `x` (then
+      `out[h] = sum_i x[h s + i]`).
+    dims: the window of each spatial dimension: one `WindowDim` for all its
+      axes, or one per axis (the windows of two inputs of different sizes,
+      e.g. the covariance of `x1` with `x2`), all with the same `size`.
+
+  Returns:
+    The window sums, of size `out_size` on each axis of `axes`.
+  """
+  axis_dims = [[d] * len(a) if isinstance(d, WindowDim) else list(d)
+               for a, d in zip(axes, dims)]
+  if all(len(dim_axes) == 1 for dim_axes in axes):
+    # A spatially diagonal `x`: an ordinary window sum.
+    return reduce_window_sum(x, [a for a, in axes], [d for d, in axis_dims])
+  for dim_axes, ds in zip(axes, axis_dims):
+    for axis, dim in zip(dim_axes, ds):
+      x = prepare_axis(x, axis, dim)
+  # One sum over all taps of strided slices of the padded array: XLA fuses it
+  # into a single pass, without a temporary per spatial dimension.
+  out = None
+  for taps in itertools.product(*(range(ds[0].size) for ds in axis_dims)):
+    tap = x
+    for dim_axes, ds, i in zip(axes, axis_dims, taps):
+      for axis, dim in zip(dim_axes, ds):
+        tap = window_tap(tap, axis, i, dim)
+    out = tap if out is None else out + tap
+  return out
+
+
+
+
+def window_output_mask(mask: Array, input_shape: Sequence[int],
+                       spec: str, windows: dict[str, WindowDim],
+                       out_spec: str) -> Array:
+  """The mask of a sliding-window layer's outputs.
+
+  An output position is masked iff no unmasked input position lies in its
+  window (a position is masked iff all its channels are; padding and the
+  zeros a transposed convolution inserts count as masked, wrapped positions
+  keep their mask).
+
+  Args:
+    mask: boolean input mask (`True` = masked), broadcastable to
+      `input_shape`.
+    input_shape: shape of the inputs, laid out as `spec`.
+    spec: axis letters of the inputs (`N`, `C` and spatial letters).
+    windows: the window of each spatial letter.
+    out_spec: axis letters of the outputs.
+
+  Returns:
+    Boolean output mask laid out as `out_spec`, of size 1 on the channel axis
+    (and on the batch axis if `mask` is).
+  """
+  c_axis = spec.index('C')
+  masked = jnp.all(mask, axis=c_axis, keepdims=True)
+  shape = [1 if a == 'C' else masked.shape[i] if a == 'N' else input_shape[i]
+           for i, a in enumerate(spec)]
+  unmasked = jnp.broadcast_to(~masked, shape).astype(jnp.int32)
+  unmasked = separable_window_sum(unmasked,
+                                  [spec.index(c) for c in windows],
+                                  list(windows.values()))
+  return jnp.transpose(unmasked == 0, [spec.index(a) for a in out_spec])

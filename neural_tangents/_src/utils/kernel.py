@@ -464,8 +464,21 @@ def spatial_diagonal(x: Array, n_batch: int) -> Array:
 
   Returns:
     Array of shape `(B_1, ..., B_n_batch, S_1, ..., S_d)`.
+
+  Raises:
+    ValueError: the two axes of a pair differ in size: the covariance of
+      `x1` and `x2` of different spatial shapes has no diagonal.
   """
   n_spatial = (x.ndim - n_batch) // 2
+  sizes = x.shape[n_batch:]
+  if sizes[0::2] != sizes[1::2]:
+    raise ValueError(
+        'A layer compares the positions of `x1` and `x2` one to one (e.g. '
+        '`Flatten`, `ConvLocal`, or `diagonal_spatial=True` on a spatial '
+        'output), but their spatial shapes differ there: '
+        f'{tuple(sizes[0::2])} and {tuple(sizes[1::2])}. Pass `x2` of the '
+        "same spatial shape as `x1` (crop or resize it), or read the network "
+        'out with global pooling (`GlobalAvgPool`), which accepts any sizes.')
   for i in range(n_spatial):
     # After `i` diagonals the next pair sits at `n_batch + i`, `n_batch + i + 1`
     # and `jnp.diagonal` moves the result to the end; cycle it back in order.
