@@ -126,6 +126,29 @@ class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(test_utils.relative_error(unmasked, k), 2 * _MC_TOL)
 
 
+  def test_different_spatial_sizes_read_out_by_pooling(self):
+    # Issue 21 item 9: x1 of 4 positions and x2 of 3, read out by global
+    # pooling; the kernel against a wide finite network.
+    x1, x2 = test_utils.random_inputs((3, 4, 3), (2, 3, 3))
+    net = lambda mechanism: stax.serial(
+        stax.Dense(_WIDTH, W_std=1.5), stax.Relu(),
+        _attention(n_heads=2, attention_mechanism=mechanism, b_std=0.1),
+        stax.GlobalAvgPool())
+    init_fn, apply_fn, kernel_fn = net('SOFTMAX')
+    k = kernel_fn(x1, x2, 'nngp')
+    self.assertEqual(k.shape, (3, 2))
+    nngp, _ = test_utils.monte_carlo_kernels(
+        init_fn, apply_fn, x1, x2, 128, jax.random.PRNGKey(0),
+        compute_ntk=False, batch_size=64)
+    self.assertLess(test_utils.relative_error(nngp, k), _MC_TOL)
+    wrong = net('IDENTITY')[2](x1, x2, 'nngp')
+    self.assertGreater(test_utils.relative_error(nngp, wrong), 2 * _MC_TOL)
+    # Positional embeddings have one spatial shape.
+    with self.assertRaisesRegex(ValueError, r"different spatial shapes.*"
+                                r"pos_emb_type='SUM'.*pos_emb_type='NONE'"):
+      stax.serial(stax.Dense(_WIDTH), _attention(pos_emb_type='SUM'),
+                  stax.GlobalAvgPool())[2](x1, x2, 'nngp')
+
 class AttentionTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(

@@ -326,6 +326,32 @@ class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
       stax.ConvLocal(4, (2,))[2](k)
 
 
+  def test_kernel_fn_of_different_sizes_matches_monte_carlo(self):
+    # Issue 21 item 9 end to end: `kernel_fn(x1, x2)` with x1 5x4 and x2 3x3
+    # images, read out by global pooling, against a wide finite network.
+    x1, x2 = test_utils.random_inputs((2, 5, 4, 2), (3, 3, 3, 2))
+    net = lambda out: stax.serial(
+        stax.Conv(WIDTH, (2, 2), padding='SAME', b_std=0.3), stax.Relu(),
+        stax.AvgPool((2, 2), padding='SAME'), stax.Conv(WIDTH, (2, 2)),
+        stax.Erf(), stax.GlobalAvgPool(), stax.Dense(out))
+    wrong = lambda out: stax.serial(
+        stax.Conv(WIDTH, (2, 2), padding='SAME', b_std=0.3), stax.Relu(),
+        stax.AvgPool((2, 2), padding='SAME'), stax.Conv(WIDTH, (2, 2)),
+        stax.Relu(), stax.GlobalAvgPool(), stax.Dense(out))
+    assert_matches_monte_carlo(self, net, x1, x2, wrong_net=wrong)
+
+  @parameterized.named_parameters(
+      ('flatten', lambda: [stax.Conv(4, (2, 2)), stax.Flatten()],
+       'compares their positions one to one'),
+      ('spatial_output', lambda: [stax.Conv(4, (2, 2), padding='SAME'),
+                                  stax.Relu(), stax.Dense(1)],
+       'output is still spatial'))
+  def test_outputs_that_compare_positions_raise(self, layers, message):
+    x1, x2 = test_utils.random_inputs((2, 5, 4, 2), (3, 3, 3, 2))
+    kernel_fn = stax.serial(*layers())[2]
+    with self.assertRaisesRegex(ValueError, message + r'.*GlobalAvgPool'):
+      kernel_fn(x1, x2, 'nngp')
+
 class ErrorTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.parameters(stax.AvgPool, stax.SumPool)

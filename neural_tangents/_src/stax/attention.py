@@ -404,10 +404,16 @@ def _attention_kernel(spec: _AttentionSpec, k: Kernel) -> Kernel:
         '`attention_mechanism` "IDENTITY", "RELU" or "ABS".')
   k = ensure_full_spatial(k)
   n_spatial = k.n_spatial
-  spatial = k.spatial_shape1
-  n_pos = math.prod(spatial)
+  spatial, spatial2 = k.spatial_shape1, k.spatial_shape2
   w_x, w_p = spec.mixing_weights(k.channels)
   r = None
+  if spec.has_pos_emb and spatial != spatial2:
+    raise ValueError(
+        f'`x1` and `x2` have different spatial shapes ({spatial} and '
+        f'{spatial2}), but `GlobalSelfAttention(pos_emb_type='
+        f'{spec.pos_emb_kind.name!r})` adds positional embeddings of one spatial '
+        'shape. Pass inputs of the same spatial shape, or '
+        "`pos_emb_type='NONE'`.")
   if spec.has_pos_emb:
     spec.pos_emb_channels(k.channels)  # Validates `n_chan_pos_emb`.
     r = jnp.asarray(pos_emb_covariance(spatial, spec.pos_emb_p_norm,
@@ -424,6 +430,8 @@ def _attention_kernel(spec: _AttentionSpec, k: Kernel) -> Kernel:
 
   def keep_of(mask, shape):
     pm = masking.position_mask(mask, shape, k.batch_axis, k.channel_axis)
+    n_pos = math.prod(kernel_lib.spatial_shape(shape, k.batch_axis,
+                                               k.channel_axis))
     return None if pm is None else ~pm.reshape(pm.shape[0], n_pos)
 
   keep1 = keep_of(k.mask1, k.shape1)
@@ -484,16 +492,16 @@ def _attention_kernel(spec: _AttentionSpec, k: Kernel) -> Kernel:
   cov1 = self_cov(k.cov1, side1, keep1)
   cov2 = self_cov(k.cov2, side2, keep2)
   n_cov_batch = 1 if k.diagonal_batch else 2
-  unflat = lambda x, n_batch: None if x is None else unflatten_pairs(
-      x, n_batch, spatial)
+  unflat = lambda x, n_batch, s1, s2: None if x is None else unflatten_pairs(
+      x, n_batch, s1, s2)
   c_axis = k.channel_axis % len(k.shape1)
   shape1, shape2 = list(k.shape1), list(k.shape2)
   shape1[c_axis] = shape2[c_axis] = spec.n_chan_out
   return k.replace(
-      nngp=unflat(nngp, 2),
-      ntk=unflat(ntk, 2),
-      cov1=unflat(cov1, n_cov_batch),
-      cov2=unflat(cov2, n_cov_batch),
+      nngp=unflat(nngp, 2, spatial, spatial2),
+      ntk=unflat(ntk, 2, spatial, spatial2),
+      cov1=unflat(cov1, n_cov_batch, spatial, spatial),
+      cov2=unflat(cov2, n_cov_batch, spatial2, spatial2),
       is_gaussian=True,
       is_input=False,
       shape1=tuple(shape1),

@@ -192,8 +192,21 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
   if x2 is not None:
     x2 = check_input(x2, 'x2')
     b = batch_axis % x1.ndim
-    if (x1.ndim != x2.ndim or
+    c = channel_axis % x1.ndim
+    if (x1.ndim == x2.ndim and x1.shape[c] == x2.shape[c] and
         x1.shape[:b] + x1.shape[b + 1:] != x2.shape[:b] + x2.shape[b + 1:]):
+      # Different spatial shapes: a cross-covariance of all position pairs
+      # exists; positions compared one to one (a spatial diagonal) do not.
+      if diagonal_spatial:
+        raise ValueError(
+            f'`x1` and `x2` have different spatial shapes (x1.shape='
+            f'{x1.shape}, x2.shape={x2.shape}), but this network compares '
+            'their positions one to one (e.g. `Flatten`, or `Dense` read out '
+            'on spatial inputs, or `diagonal_spatial=True`). Pass `x2` of '
+            'the same spatial shape as `x1`, or read the network out with '
+            'global pooling (`GlobalAvgPool`), which accepts any sizes.')
+    elif (x1.ndim != x2.ndim or
+          x1.shape[:b] + x1.shape[b + 1:] != x2.shape[:b] + x2.shape[b + 1:]):
       raise ValueError(
           f'`x1` and `x2` must have the same shape except along the batch axis '
           f'{batch_axis}; got x1.shape={x1.shape} and x2.shape={x2.shape}. '

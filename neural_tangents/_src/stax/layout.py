@@ -14,7 +14,7 @@ dimensions; `map_covariances` applies a map to every covariance of a kernel
 and `ensure_full_spatial` embeds spatial diagonals in full covariances.
 """
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -182,13 +182,16 @@ def flatten_pairs(x: Array, n_batch: int, n_spatial: int) -> Array:
   x = jnp.transpose(x, order)
   batch = x.shape[:n_batch]
   n = math.prod(x.shape[n_batch:n_batch + n_spatial])
-  return x.reshape(batch + (n, n))
+  n_prime = math.prod(x.shape[n_batch + n_spatial:])
+  return x.reshape(batch + (n, n_prime))
 
 
-def unflatten_pairs(x: Array, n_batch: int,
-                    spatial: tuple[int, ...]) -> Array:
-  """Inverse of `flatten_pairs` for the spatial shape `spatial`."""
-  x = x.reshape(x.shape[:n_batch] + spatial + spatial)
+def unflatten_pairs(x: Array, n_batch: int, spatial: tuple[int, ...],
+                    spatial2: Optional[tuple[int, ...]] = None) -> Array:
+  """Inverse of `flatten_pairs` for the spatial shapes `spatial` (of the
+  first side) and `spatial2` (of the second; `spatial` if `None`)."""
+  spatial2 = spatial if spatial2 is None else tuple(spatial2)
+  x = x.reshape(x.shape[:n_batch] + tuple(spatial) + spatial2)
   return interleave_pairs(x, n_batch, len(spatial))
 
 

@@ -3,7 +3,6 @@
 Every layer is `(init_fn, apply_fn, kernel_fn)`; the kernel function sits next
 to the finite-width `apply_fn` it is the infinite-width limit of.
 """
-import enum
 import math
 from typing import Optional, Sequence
 
@@ -13,6 +12,7 @@ from jax import random
 
 from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.layout import reduce_spatial
+from neural_tangents._src.stax.parameterization import Parameterization
 from neural_tangents._src.stax.requirements import Bool
 from neural_tangents._src.stax.requirements import Diagonal
 from neural_tangents._src.stax.requirements import layer
@@ -47,12 +47,6 @@ from neural_tangents._src.stax.spatial import ImageResize
 from neural_tangents._src.stax.spatial import Index
 from neural_tangents._src.stax.spatial import Slice
 # pylint: enable=unused-import,g-bad-import-order
-
-
-class Parameterization(str, enum.Enum):
-  """How weights are scaled: `NTK` (`W_std / sqrt(fan_in) * W`) or `STANDARD`."""
-  NTK = 'ntk'
-  STANDARD = 'standard'
 
 
 def _affine(x: Optional[jax.Array], W_std: float,

@@ -306,6 +306,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     k = build(x1_or_kernel, x2s, allowed_in, axes)
     out = kernel_op(k, **kwargs)
     check_diagonal_spatial(out)
+    _check_spatial_sizes_match(out)
     out = match_representation(out, requested)
     if not compute_ntk:
       out = _drop_ntk(out)
@@ -313,6 +314,27 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
 
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
+
+
+def _check_spatial_sizes_match(k: Any) -> None:
+  """Refuses outputs that keep spatial axes of different sizes per side.
+
+  `x1` and `x2` of different spatial sizes are accepted where the network's
+  output does not depend on the sizes matching (global pooling, attention
+  read out by pooling); an output that is still spatial compares positions
+  of the two sides one to one, which different sizes do not allow.
+  """
+  if isinstance(k, (list, tuple)):
+    for ki in k:
+      _check_spatial_sizes_match(ki)
+    return
+  if k.n_spatial and k.spatial_shape1 != k.spatial_shape2:
+    raise ValueError(
+        f'`x1` and `x2` have different spatial shapes ({k.spatial_shape1} and '
+        f'{k.spatial_shape2} at the output), and this network\'s output is '
+        'still spatial, so its positions are compared one to one. Pass `x2` '
+        'of the same spatial shape as `x1`, or read the network out with '
+        'global pooling (`GlobalAvgPool`), which accepts any sizes.')
 
 
 def _spatially_shaped(k: Any) -> bool:
