@@ -21,15 +21,6 @@ from neural_tangents._src.utils import kernel as kernel_lib
 FULL = os.environ.get('NT_TEST_FULL', '') not in ('', '0')
 
 
-def full_sweep(reason: str = 'a heavier sweep'):
-  """Skips a test (or parameterized case) unless `NT_TEST_FULL=1`.
-
-  Args:
-    reason: what the skipped sweep adds to the default run.
-  """
-  return absltest.skipUnless(FULL, f'{reason}: set NT_TEST_FULL=1 to run it')
-
-
 def full_sweep_only(test: absltest.TestCase, case_is_extra: bool,
                     reason: str = 'an extra case of a sweep') -> None:
   """Inside a parameterized test: skips the extra cases unless `NT_TEST_FULL=1`.
@@ -144,7 +135,7 @@ def monte_carlo_kernels(init_fn, apply_fn, x1, x2, n_samples, key,
     f = lambda p, x: apply_fn(p, x, **kwargs)
     f1 = f(params, x1)
     f2 = f(params, x2)
-    nngp = _pair_mean(f1, f2)
+    nngp = pair_covariance(f1, f2)
     if not compute_ntk:
       return nngp, jnp.zeros_like(nngp)
     f0 = lambda p, x: f(p, x)[..., 0]
@@ -173,7 +164,9 @@ def _interleave_pairs(x, n_spatial):
   return jnp.transpose(x, order)
 
 
-def _pair_mean(f1, f2):
+def pair_covariance(f1, f2):
+  """Channel-averaged covariance of `(N, S..., C)` activations, in the
+  `Kernel` layout `(N1, N2, S_1, S_1', ..., S_d, S_d')`."""
   n_spatial = f1.ndim - 2
   out = jnp.tensordot(f1, f2, axes=(-1, -1)) / f1.shape[-1]
   return _interleave_pairs(out, n_spatial)

@@ -16,14 +16,7 @@ def _direct_nngp(x1, x2, batch_axis, channel_axis):
     x = np.moveaxis(np.asarray(x, np.float64), (batch_axis, channel_axis),
                     (0, -1))
     return x
-  z1, z2 = standard(x1), standard(x2)
-  n_spatial = z1.ndim - 2
-  out = np.tensordot(z1, z2, axes=(-1, -1)) / z1.shape[-1]
-  # (N1, S..., N2, S'...) -> (N1, N2, S_1, S_1', ...)
-  order = [0, 1 + n_spatial]
-  for i in range(n_spatial):
-    order += [1 + i, 2 + n_spatial + i]
-  return np.transpose(out, order)
+  return np.asarray(test_utils.pair_covariance(standard(x1), standard(x2)))
 
 
 class InputsToKernelTest(test_utils.NeuralTangentsTestCase):
@@ -86,7 +79,8 @@ class InputLayoutTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(protocol.InputAxes.of([(1, 0), [None]]),
                      protocol.InputAxes(per_input=(
                          protocol.InputAxes(1, 0),
-                         protocol.InputAxes(per_input=(protocol.InputAxes(),)))))
+                         protocol.InputAxes(
+                             per_input=(protocol.InputAxes(),)))))
     with self.assertRaisesRegex(TypeError, r'`input_axes` must be None, a '
                                 r"`\(batch_axis, channel_axis\)`.*got 'NHWC'.*"
                                 r'Pass e.g.'):

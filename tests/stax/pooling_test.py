@@ -25,17 +25,6 @@ _1D = ((2, 7, 3), (1, 7, 3))
 _2D = ((2, 5, 4, 2), (1, 5, 4, 2))
 
 
-def pair_covariance(y1, y2):
-  """Channel-averaged covariance of `(N, S..., C)` activations, in the
-  `Kernel` layout `(N1, N2, S_1, S_1', ..., S_d, S_d')`."""
-  n_spatial = y1.ndim - 2
-  out = jnp.tensordot(y1, y2, axes=(-1, -1)) / y1.shape[-1]
-  order = [0, 1 + n_spatial]
-  for i in range(n_spatial):
-    order += [1 + i, 2 + n_spatial + i]
-  return jnp.transpose(out, order)
-
-
 def values(y):
   return getattr(y, 'masked_value', y)
 
@@ -79,10 +68,10 @@ class ExactKernelTest(test_utils.NeuralTangentsTestCase):
     y1 = values(apply_fn((), x1, **kwargs))
     y2 = values(apply_fn((), x2, **kwargs))
     k = kernels(kernel_fn, x1, x2, ('nngp', 'cov1', 'cov2'), **kwargs)
-    self.assertAllClose(k.nngp, pair_covariance(y1, y2))
+    self.assertAllClose(k.nngp, test_utils.pair_covariance(y1, y2))
     # `cov1` / `cov2` keep each example's covariance with itself.
     for cov, y in ((k.cov1, y1), (k.cov2, y2)):
-      full = pair_covariance(y, y)
+      full = test_utils.pair_covariance(y, y)
       self.assertAllClose(cov, jnp.stack([full[i, i] for i in range(len(y))]))
     self.assertEqual(init_fn(None, (-1,) + x1.shape[1:])[0],
                      (-1,) + y1.shape[1:])
@@ -227,9 +216,9 @@ class ShapeTest(test_utils.NeuralTangentsTestCase):
 def _kernel_of_inputs_of_different_sizes(x1, x2):
   """The input `Kernel` of `(N1, S..., C)` `x1` and `(N2, S'..., C)` `x2`,
   built by hand: full spatial covariances, batch-diagonal `cov1` / `cov2`."""
-  self_cov = lambda y: jnp.stack([pair_covariance(a[None], a[None])[0, 0]
-                                  for a in y])
-  nngp = pair_covariance(x1, x2)
+  self_cov = lambda y: jnp.stack(
+      [test_utils.pair_covariance(a[None], a[None])[0, 0] for a in y])
+  nngp = test_utils.pair_covariance(x1, x2)
   return Kernel(nngp=nngp, ntk=jnp.zeros_like(nngp), cov1=self_cov(x1),
                 cov2=self_cov(x2), mask1=None, mask2=None, x1_is_x2=False,
                 is_gaussian=False, is_reversed=False, is_input=True,
