@@ -4,7 +4,13 @@ batches, and Monte Carlo / empirical estimates of kernels of finite networks.
 Import it as `from tests import test_utils` (the repository root is on
 `sys.path` under `python -m pytest`).
 """
+import enum
+import itertools
 import os
+import random
+import re
+from typing import Any, Callable, Sequence
+import zlib
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -15,24 +21,145 @@ import numpy as np
 import neural_tangents as nt
 from neural_tangents._src.utils import kernel as kernel_lib
 
-# Heavier sweeps (more shapes, layers or implementations of a property that
-# the default run already checks on one representative case) run only with
-# `NT_TEST_FULL=1`, to keep CI's `pytest -n 2` under 35 minutes on 2 cores.
+# The default tier runs a seeded subset of each parameter cross product that
+# covers every pair of option values (`sample_product`); `NT_TEST_FULL=1` runs
+# every case, and `NT_TEST_CASES=N` at least `N` cases of each product.
 FULL = os.environ.get('NT_TEST_FULL', '') not in ('', '0')
+_CASES = int(os.environ.get('NT_TEST_CASES', '0') or 0)
+_SEED = int(os.environ.get('NT_TEST_SEED', '0') or 0)
 
 
-def full_sweep_only(test: absltest.TestCase, case_is_extra: bool,
-                    reason: str = 'an extra case of a sweep') -> None:
-  """Inside a parameterized test: skips the extra cases unless `NT_TEST_FULL=1`.
+def case_label(value: Any) -> str:
+  """A short, stable name for a parameter value, used in test names."""
+  if isinstance(value, enum.Enum):
+    return value.name.lower()
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return re.sub(r'[^0-9A-Za-z.+-]+', '_', str(value)).strip('_') or 'empty'
+  if isinstance(value, type) or callable(value):
+    return getattr(value, '__name__', type(value).__name__)
+  if isinstance(value, np.dtype):
+    return value.name
+  if isinstance(value, (tuple, list)):
+    return 'x'.join(case_label(v) for v in value) or 'empty'
+  if isinstance(value, dict):
+    return '_'.join(case_label(v) for v in value.values()) or 'empty'
+  return type(value).__name__
+
+
+def _labelled(values: Any) -> list[tuple[str, Any]]:
+  """`(label, value)` pairs of a factor: a dict is `{label: value}`."""
+  if isinstance(values, dict):
+    return list(values.items())
+  values = list(values)
+  labels = [case_label(v) for v in values]
+  if len(set(labels)) < len(labels):  # Ambiguous labels: number them.
+    labels = [f'{label}{i}' for i, label in enumerate(labels)]
+  return list(zip(labels, values))
+
+
+def covering_subset(sizes: Sequence[int], seed: int,
+                    n_cases: int = 0) -> list[tuple[int, ...]]:
+  """Indices of a seeded subset of a cross product covering all pairs.
+
+  Greedy construction: starting from a random case, repeatedly add the case
+  of the product that covers the most not yet covered pairs
+  `(factor i = value a, factor j = value b)` (ties broken by a seeded
+  shuffle), until every pair is covered and at least `n_cases` are taken.
 
   Args:
-    test: the running test case.
-    case_is_extra: whether this case is beyond the representative ones that
-      always run.
-    reason: what the extra cases add.
+    sizes: the number of values of each factor.
+    seed: the seed of the shuffle (the same subset on every process, which
+      pytest-xdist requires of a collection).
+    n_cases: the least number of cases to take (capped at the product).
+
+  Returns:
+    The chosen index tuples, in the product's order.
   """
-  if case_is_extra and not FULL:
-    test.skipTest(f'{reason}: set NT_TEST_FULL=1 to run it')
+  product = list(itertools.product(*(range(n) for n in sizes)))
+  rng = random.Random(seed)
+  rng.shuffle(product)
+
+  def pairs_of(case):
+    # Every value of each factor, and every pair of values of two factors.
+    return {(i, case[i], j, case[j])
+            for i, j in itertools.combinations_with_replacement(
+                range(len(case)), 2)}
+
+  uncovered = set().union(*(pairs_of(c) for c in product)) if product else set()
+  chosen, rest = [], list(product)
+  while rest and (uncovered or len(chosen) < n_cases):
+    best = max(range(len(rest)),
+               key=lambda k: len(pairs_of(rest[k]) & uncovered))
+    case = rest.pop(best)
+    uncovered -= pairs_of(case)
+    chosen.append(case)
+  return sorted(chosen)
+
+
+def sample_cases(*factors: Any, seed_name: str = '',
+                 **named_factors: Any) -> list[dict[str, Any]]:
+  """Test cases of a cross product: all with `NT_TEST_FULL=1`, else a seeded
+  subset covering every pair of option values (as JAX's `sample_product`).
+
+  Args:
+    *factors: factors whose values are dicts of keyword arguments (coupled
+      parameters), as a list of dicts or a `{label: dict}`.
+    seed_name: mixed into the seed, so that tests with the same factors get
+      different subsets.
+    **named_factors: `name=values`, the values a sequence (labelled by
+      `case_label`) or a `{label: value}` dict.
+
+  Returns:
+    `named_parameters` cases: dicts with a `testcase_name` and the keyword
+    arguments of the test.
+  """
+  columns = [_labelled(f) for f in factors]
+  columns += [[(f'{n}_{label}' if len(named_factors) > 1 else label, {n: v})
+               for label, v in _labelled(values)]
+              for n, values in named_factors.items()]
+  sizes = [len(c) for c in columns]
+  if FULL:
+    indices = list(itertools.product(*(range(n) for n in sizes)))
+  else:
+    key = seed_name + '|' + ','.join(named_factors) + f'|{sizes}|{_SEED}'
+    indices = covering_subset(sizes, zlib.crc32(key.encode()), _CASES)
+  cases = []
+  for index in indices:
+    picks = [columns[f][i] for f, i in enumerate(index)]
+    case = {'testcase_name': '_'.join(label for label, _ in picks)}
+    for _, kwargs in picks:
+      case.update(kwargs)
+    cases.append(case)
+  return cases
+
+
+def sample_product(*factors: Any, **named_factors: Any) -> Callable:
+  """Decorator: `parameterized.named_parameters` of `sample_cases(...)`.
+
+  Example:
+    @test_utils.sample_product(implementation=IMPLEMENTATIONS,
+                               vmap_axes=(None, 0), axes=AXES)
+    def test_matches_jacobian(self, implementation, vmap_axes, axes): ...
+  """
+  def decorator(test_fn):
+    cases = sample_cases(*factors, seed_name=test_fn.__name__, **named_factors)
+    return parameterized.named_parameters(*cases)(test_fn)
+  return decorator
+
+
+def full_tier_cases(representative: Sequence[Any],
+                    extra: Sequence[Any]) -> list[Any]:
+  """The representative cases, and the extra ones with `NT_TEST_FULL=1`.
+
+  For hand-picked sweeps where pairwise sampling does not apply; the extra
+  cases are not collected at all in the default tier.
+  """
+  return list(representative) + (list(extra) if FULL else [])
+
+
+# A whole test that runs only with `NT_TEST_FULL=1` (a heavier repetition of
+# what a default test checks).
+full_tier_only = absltest.skipUnless(FULL, 'set NT_TEST_FULL=1 to run it')
 
 
 # The repository root (child processes get it as PYTHONPATH).
