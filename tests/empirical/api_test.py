@@ -384,9 +384,6 @@ class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
 
   @named(implementation=IMPL)
   def test_vmap_axes_none_for_absent_inputs_line_up(self, implementation):
-    test_utils.full_sweep_only(
-        self, implementation == nt.NtkImplementation.AUTO,
-        'AUTO (which runs the other implementations)')
     # x = (a, None, b): the axes (0, None, 1) are a's and b's, leaf by leaf.
     def f(params, x):
       a, _, b = x
@@ -419,9 +416,6 @@ class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
   def test_nan_example_stays_in_its_row_and_column(self, implementation,
                                                    vmap):
     # AUTO compiles every candidate implementation; the others check it.
-    test_utils.full_sweep_only(
-        self, implementation == nt.NtkImplementation.AUTO,
-        'AUTO (which runs the other implementations)')
     x1 = normal(1, (4, 3)).at[1, 0].set(jnp.nan)
     x2 = normal(2, (3, 3))
     params = mlp_params()

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import neural_tangents as nt
+from tests import test_utils
 
 
 IMPLEMENTATIONS = tuple(nt.NtkImplementation)
@@ -160,14 +161,33 @@ VMAP = ('none', 'zero', 'pytree')
 
 
 def named(**factors):
-  """`named_parameters` for the product of `factors` (name: {label: value})."""
-  names = list(factors)
-  cases = []
-  for combo in itertools.product(*(factors[n].items() for n in names)):
-    case = {'testcase_name': '_' + '_'.join(label for label, _ in combo)}
-    case.update({n: value for n, (_, value) in zip(names, combo)})
-    cases.append(case)
-  return parameterized.named_parameters(*cases)
+  """`named_parameters` of a seeded pairwise-covering subset of `factors`.
+
+  `factors` maps each argument name to `{label: value}`. The default tier
+  runs a subset of the cross product that covers every pair of values
+  (`test_utils.sample_cases`), with `NtkImplementation.AUTO` (which compiles
+  every other implementation and picks one, so each of its cases repeats
+  theirs) in one case per test; `NT_TEST_FULL=1` runs the whole product.
+  """
+  def decorator(test_fn):
+    implementations = factors.get('implementation')
+    auto = {k: v for k, v in (implementations or {}).items()
+            if v == nt.NtkImplementation.AUTO}
+    if test_utils.FULL or not auto or len(auto) == len(implementations):
+      cases = test_utils.sample_cases(seed_name=test_fn.__name__, **factors)
+    else:
+      others = dict(factors, implementation={
+          k: v for k, v in implementations.items() if k not in auto})
+      cases = test_utils.sample_cases(seed_name=test_fn.__name__, **others)
+      # One AUTO case: the first sampled case with AUTO in its place.
+      first = dict(cases[0], implementation=next(iter(auto.values())))
+      label = next(k for k, v in others['implementation'].items()
+                   if v == cases[0]['implementation'])
+      first['testcase_name'] = first['testcase_name'].replace(
+          label, next(iter(auto)), 1)
+      cases.append(first)
+    return parameterized.named_parameters(*cases)(test_fn)
+  return decorator
 
 
 IMPL = {i.name.lower(): i for i in IMPLEMENTATIONS}

@@ -805,12 +805,14 @@ _HOMOGENEOUS = {
 class MagnitudeTest(parameterized.TestCase):
   """`K(c x) = c^2 K(x)` for homogeneous kernels; bounded ones stay finite."""
 
-  @parameterized.product(
-      name=sorted(_HOMOGENEOUS), structure=['dense', 'conv_pool'])
+  # The convolutional network for one homogeneous layer (all with
+  # NT_TEST_FULL=1).
+  @parameterized.parameters(*test_utils.full_tier_cases(
+      [dict(name=n, structure='dense') for n in sorted(_HOMOGENEOUS)]
+      + [dict(name='Relu', structure='conv_pool')],
+      [dict(name=n, structure='conv_pool') for n in sorted(_HOMOGENEOUS)
+       if n != 'Relu']))
   def test_homogeneous_kernels_scale_as_c_squared(self, name, structure):
-    test_utils.full_sweep_only(
-        self, structure == 'conv_pool' and name != 'Relu',
-        'the convolutional network for the other homogeneous layers')
     if structure == 'dense':
       net = stax.serial(stax.Dense(8), _HOMOGENEOUS[name](), stax.Dense(1))
       x = _f32_inputs((3, 4))

@@ -276,15 +276,13 @@ class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(
         float(jnp.max(jnp.abs(net[2](x1, padded, 'nngp') - k.nngp))), 1e-3)
 
-  @parameterized.named_parameters(('same', 'SAME'), ('valid', 'VALID'),
-                                  ('circular', 'CIRCULAR'))
+  # VALID padding with NT_TEST_FULL=1 (`test_kernel_fn_of_different_sizes_
+  # matches_monte_carlo` covers it).
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('same', 'SAME'), ('circular', 'CIRCULAR')], [('valid', 'VALID')]))
   def test_windows_of_each_side_in_two_dimensions(self, padding):
     # Windows, pooling and resizing of each side: each side's covariance is
     # that of its inputs alone, and swapping the sides transposes `nngp`.
-    test_utils.full_sweep_only(
-        self, padding == 'VALID',
-        'VALID padding (`test_kernel_fn_of_different_sizes_matches_monte_'
-        'carlo` covers it)')
     x1, _ = inputs((2, 6, 5, 2), (1, 6, 5, 2))
     x2, _ = inputs((3, 4, 5, 2), (1, 4, 5, 2), seed=3)
     net = stax.serial(stax.Conv(8, (3, 2), (2, 1), padding=padding),
