@@ -38,9 +38,11 @@ from neural_tangents._src.empirical import canonical_x2
 from neural_tangents._src.empirical import check_inputs
 from neural_tangents._src.empirical import DEFAULT_NTK_IMPLEMENTATION
 from neural_tangents._src.empirical import empirical_kernel_fn
+from neural_tangents._src.empirical import inputs_are_equal
 from neural_tangents._src.empirical import is_single_key
 from neural_tangents._src.empirical import NtkImplementation
 from neural_tangents._src.empirical import read_rng
+from neural_tangents._src.empirical import second_key
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import ApplyFn, Axes, InitFn, PyTree
@@ -72,21 +74,22 @@ def monte_carlo_kernel_fn(
   diagonal_axes, vmap_axes, implementation)`) of `n_samples` networks with
   params `init_fn(key_s, x1.shape)[1]`.
 
-  Randomness. Sample `s` (counting from 0) uses the params key
-  `random.fold_in(key, s)`, so an estimate from `n` samples uses the same
-  networks whatever `n_samples` list it belongs to and whatever
-  `implementation`, `batch_size` or device count computes it. If the
-  keyword arguments contain a PRNG key `rng` (e.g. for dropout), it follows
-  the published convention of `nt.empirical_kernel_fn`, decided once for
-  the whole `x1, x2` (so every block of a batched computation agrees):
-  `apply_fn(x1)` gets `rng` and `apply_fn(x2)` gets `random.fold_in(rng, 1)`,
-  unless x2 is None or equals x1, when both get `rng`; a pair
-  `(rng1, rng2)` is used as given. Sample `s` folds `s` into each of these
-  keys (`random.fold_in(key, s)`). Without `rng`, an `apply_fn` that takes
-  it (a parameter `rng` or `**kwargs`, as every stax `apply_fn`) gets one
-  derived from the sampling key, `rng = random.split(key)[1]`, with the
-  same convention, so that e.g. `Dropout(mode='train')` networks are
-  sampled with independent masks per network.
+  Randomness, as the published release. Sample `s` (counting from 0) is
+  drawn from the chain `key_0 = key`, `key_{s+1}, k_s = random.split(key_s)`,
+  `init_key_s, rng_s = random.split(k_s)`: params from
+  `init_fn(init_key_s, x1.shape)`, and `apply_fn` gets `rng=rng_s` (for
+  `apply_fn(x2)`, `random.fold_in(rng_s, 1)` unless x2 is None or equals
+  x1, the convention of `nt.empirical_kernel_fn`), when it takes an `rng`
+  (a parameter `rng` or `**kwargs`, as every stax `apply_fn`), e.g. for
+  `Dropout(mode='train')`. So the same `key` gives the published estimate
+  (with JAX's PRNG stream of its day,
+  `jax.config.update('jax_threefry_partitionable', False)`), and an
+  estimate from `n` samples uses the same networks whatever `n_samples`
+  list it belongs to and whatever `implementation`, `batch_size` or device
+  count computes it. An `rng` keyword argument given by the caller replaces
+  the chain's `rng_s`: sample `s` then gets `random.fold_in(rng, s)` (and
+  `random.fold_in(rng2, s)` for the key `rng2` of `apply_fn(x2)`, chosen as
+  above once for the whole call; a pair `(rng1, rng2)` is used as given).
 
   Args:
     init_fn: `init_fn(key, input_shape) -> (output_shape, params)`.
@@ -147,11 +150,18 @@ def monte_carlo_kernel_fn(
   devices = batching.select_devices(device_count)
   empirical = empirical_kernel_fn(apply_fn, trace_axes, diagonal_axes,
                                   vmap_axes, implementation)
-  default_rng = random.split(key)[1] if _takes_rng(apply_fn) else None
+  init_keys, chain_rngs = published_key_chain(key, counts[-1])
+  takes_rng = _takes_rng(apply_fn)
 
   def sample_sum(x1: PyTree, x2: PyTree, get: Any, start: jax.Array,
-                 stop: jax.Array, **apply_fn_kwargs) -> Any:
-    """Sum of the empirical kernels of samples `start <= s < stop`."""
+                 stop: jax.Array, *, chain_x2_is_x1: Any = None,
+                 **apply_fn_kwargs) -> Any:
+    """Sum of the empirical kernels of samples `start <= s < stop`.
+
+    `chain_x2_is_x1` (a bool, or `None` when the caller gave `rng` or
+    `apply_fn` takes none): whether the whole call's x2 is None or equals
+    x1, for the chain keys of `apply_fn(x2)`.
+    """
     input_shape = jax.tree_util.tree_map(lambda x: tuple(x.shape), x1)
     rng = apply_fn_kwargs.pop('rng', None)
 
@@ -159,9 +169,12 @@ def monte_carlo_kernel_fn(
         (get,) if isinstance(get, str) else tuple(get))
 
     def sample_kernels(s: jax.Array) -> tuple[Any, ...]:
-      _, params = init_fn(random.fold_in(key, s), input_shape)
+      _, params = init_fn(init_keys[s], input_shape)
       kwargs = dict(apply_fn_kwargs)
-      if rng is not None and is_single_key(rng):
+      if chain_x2_is_x1 is not None:
+        rng_s = chain_rngs[s]
+        kwargs['rng'] = (rng_s, second_key(rng_s, chain_x2_is_x1))
+      elif rng is not None and is_single_key(rng):
         # One key object for both calls: x2 is None or equals x1.
         rng_s = random.fold_in(rng, s)
         kwargs['rng'] = (rng_s, rng_s)
@@ -238,8 +251,11 @@ def monte_carlo_kernel_fn(
     get = _check_get(get)
     x2 = canonical_x2(x2)
     check_inputs(x1, x2)
-    if default_rng is not None and 'rng' not in apply_fn_kwargs:
-      apply_fn_kwargs['rng'] = default_rng
+    if takes_rng and 'rng' not in apply_fn_kwargs:
+      same = inputs_are_equal(x1, x2)
+      # Traced inputs under the caller's `jit`: equal only if identical.
+      apply_fn_kwargs['chain_x2_is_x1'] = same if isinstance(same,
+                                                             bool) else False
     rng = apply_fn_kwargs.get('rng')
     if is_single_key(rng):
       rng1, rng2 = read_rng(rng, x1, x2)
@@ -256,6 +272,34 @@ def monte_carlo_kernel_fn(
         bar.close()
 
   return kernel_fn
+
+
+def published_key_chain(key: jax.Array,
+                        n: int) -> tuple[jax.Array, jax.Array]:
+  """The params and `apply_fn` keys of `n` Monte Carlo samples, as published.
+
+  `key_0 = key`; for `s = 0 .. n - 1`: `key_{s+1}, k_s = random.split(key_s)`
+  and `init_key_s, rng_s = random.split(k_s)`.
+
+  Args:
+    key: the sampling key (a legacy `uint32[2]` key or a typed key).
+    n: the number of samples.
+
+  Returns:
+    `(init_keys, rngs)`, each `n` keys stacked on a leading axis.
+
+  Example:
+    >>> init_keys, rngs = published_key_chain(jax.random.PRNGKey(1), 4)
+    >>> init_keys.shape, rngs.shape
+    ((4, 2), (4, 2))
+  """
+  def step(carry, _):
+    carry, k = random.split(carry)
+    init_key, rng = random.split(k)
+    return carry, (init_key, rng)
+  _, (init_keys, rngs) = jax.jit(
+      lambda k: lax.scan(step, k, None, length=n))(key)
+  return init_keys, rngs
 
 
 def _takes_rng(apply_fn: ApplyFn) -> bool:

@@ -181,10 +181,17 @@ class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
 
   def test_errors(self):
     x1, x2 = _inputs()
-    with self.assertRaisesRegex(ValueError, r'`idx`.*batch axis.*slice'):
-      stax.Index(stax.Slice[0])[2](x1, x2)
-    with self.assertRaisesRegex(ValueError, r'`idx`.*channel axis.*slice'):
-      stax.Index(stax.Slice[..., 0])[1]((), x1)
+    # An int that would remove the batch or channel axis: the published
+    # release's NotImplementedError, with a message that says the fix.
+    for idx, axis in ((stax.Slice[0], 'batch'), (stax.Slice[-1], 'batch'),
+                      (stax.Slice[..., 0], 'channel'),
+                      (stax.Slice[..., 1], 'channel')):
+      with self.assertRaisesRegex(NotImplementedError,
+                                  rf'`idx`.*{axis} axis.*slice'):
+        stax.Index(idx)[2](x1, x2)
+      with self.assertRaisesRegex(NotImplementedError,
+                                  rf'`idx`.*{axis} axis.*slice'):
+        stax.Index(idx)[1]((), x1)
     with self.assertRaisesRegex(TypeError, '`idx`.*Slice'):
       stax.Index(stax.Slice[:, None])
     with self.assertRaisesRegex(ValueError, '`idx`.*rank'):

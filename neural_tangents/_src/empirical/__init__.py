@@ -29,6 +29,8 @@ from neural_tangents._src.empirical.problem import ApplyFn
 from neural_tangents._src.empirical.problem import canonical_x2
 from neural_tangents._src.empirical.problem import check_inputs
 from neural_tangents._src.empirical.problem import VMapAxes
+from neural_tangents._src.empirical.rng import inputs_are_equal
 from neural_tangents._src.empirical.rng import is_single_key
 from neural_tangents._src.empirical.rng import read_rng
+from neural_tangents._src.empirical.rng import second_key
 from neural_tangents._src.empirical.rng import takes_rng_pairs

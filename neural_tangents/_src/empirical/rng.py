@@ -53,8 +53,15 @@ def is_single_key(value: Any) -> bool:
   return is_array(value) and is_raw_key(value)
 
 
-def _x1_is_x2(x1: PyTree, x2: Optional[PyTree]) -> Union[bool, Array]:
-  """Whether x2 is None or has x1's values (a traced bool under tracing)."""
+def inputs_are_equal(x1: PyTree,
+                     x2: Optional[PyTree]) -> Union[bool, Array]:
+  """Whether x2 is None or has x1's values (a traced bool under tracing).
+
+  Example:
+    >>> inputs_are_equal(jnp.ones(2), None), inputs_are_equal(jnp.ones(2),
+    ...                                                       jnp.zeros(2))
+    (True, False)
+  """
   if x2 is None or x2 is x1:
     return True
   leaves1, treedef1 = tree_util.tree_flatten(x1)
@@ -92,12 +99,23 @@ def read_rng(rng: Any, x1: PyTree,
   """
   if isinstance(rng, tuple) and len(rng) == 2:
     return rng
-  same = _x1_is_x2(x1, x2)
+  return rng, second_key(rng, inputs_are_equal(x1, x2))
+
+
+def second_key(rng: Any, same: Union[bool, Array]) -> Any:
+  """The key of `f(x2)`: `rng` if `same` (x2 is None or equals x1), else
+  `random.fold_in(rng, 1)`; selected by value when `same` is traced.
+
+  Example:
+    >>> k = jax.random.PRNGKey(0)
+    >>> second_key(k, True) is k
+    True
+  """
   if same is True:
-    return rng, rng
+    return rng
   other = jax.random.fold_in(rng, 1)
   if same is False:
-    return rng, other
+    return other
   # Under tracing: select between the keys' data (typed keys included).
   typed = jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
   data = jax.random.key_data if typed else (lambda key: key)
@@ -105,7 +123,7 @@ def read_rng(rng: Any, x1: PyTree,
   if typed:
     selected = jax.random.wrap_key_data(selected,
                                         impl=jax.random.key_impl(rng))
-  return rng, selected
+  return selected
 
 
 def split_kwargs(kwargs: dict[str, Any], x1: PyTree,

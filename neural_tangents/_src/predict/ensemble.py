@@ -13,6 +13,7 @@ from neural_tangents._src.predict.flow import flow_times
 from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.flow import integrated_relaxation
 from neural_tangents._src.predict.flow import scaled_product
+from neural_tangents._src.predict.flow import train_set_flow
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 from neural_tangents._src.predict.layout import check_finite
@@ -231,10 +232,13 @@ def gradient_descent_mse_ensemble(
     `predict_fn(t=None, x_test=None, get=None, compute_cov=False,
     **kernel_fn_test_test_kwargs)`: `t` a number of steps, an array of them
     (leading axes of the outputs), or `None` (infinite time); `x_test=None`
-    predicts on the training inputs, ignoring `diag_reg` (the flow of the
-    unregularized kernel; at infinite time exactly `y_train` with zero
-    covariance, without computing the NNGP for 'ntk'); an empty `x_test`
-    gives empty outputs;
+    predicts on the training inputs: at infinite time exactly `y_train`
+    with zero covariance (without computing the NNGP for 'ntk'), at finite
+    times as the published release, from the eigensystem `(l, V)` of the
+    regularized flow kernel: mean `V diag(1 - exp(-l s / n)) V^T y`,
+    covariance `V diag(l exp(-2 l s / n)) V^T` ('nngp', 'ntkgp') or
+    `E K E` with `E = V diag(exp(-l s / n)) V^T` and the unregularized NNGP
+    `K` ('ntk'); an empty `x_test` gives empty outputs;
     `kernel_fn_test_test_kwargs` are the kwargs of `kernel_fn(x_test, None)`
     (see above). Returns for each `get` in 'nngp', 'ntk', 'ntkgp' (a
     namedtuple with fields in the order of `get` for a tuple, `('nngp',
@@ -401,7 +405,19 @@ def gradient_descent_mse_ensemble(
             k_train[posterior.prior])
         out[name] = Gaussian(mean, matrix_to_covariance(cov, row_shape))
         continue
-      # Predictions on the training set are not regularized.
+      if on_train:  # The published convention (`flow.train_set_flow`).
+        eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
+                            regularized=True)
+        mean, cov = train_set_flow(
+            eig, tau, y_eigen,
+            None if posterior.prior == posterior.flow else
+            k_train[posterior.prior], compute_cov)
+        mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
+                                 test_shape, layout)
+        out[name] = mean if cov is None else Gaussian(
+            mean, matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
+                                       row_shape))
+        continue
       eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
                           regularized=not on_train)
       scales = integrated_relaxation(eig, tau)

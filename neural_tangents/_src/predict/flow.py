@@ -50,6 +50,49 @@ def scaled_product(left: Array, scales: Array, right: Array) -> Array:
   return jnp.einsum('ij,tj,jk->tik', left, scales, right)
 
 
+def train_set_flow(eig: solve.Eigen, tau: Array, y_eigen: Array,
+                   k_prior: Optional[Array], compute_cov: bool
+                   ) -> tuple[Array, Optional[Array]]:
+  """Mean and covariance on the training set at finite times, as published.
+
+  With `(l, V)` the eigensystem of the (regularized) train-train flow kernel,
+  `l_+ = max(l, 0)` and `E = V diag(exp(-l_+ tau)) V^T` (Neural Tangents
+  0.6.5's convention for `x_test=None`):
+
+    mean = V diag(1 - exp(-l tau)) V^T y,
+    cov  = V diag(l_+ exp(-2 l_+ tau)) V^T     where the prior is the flow
+                                               kernel ('nngp', 'ntkgp'),
+    cov  = E K E                               with `K = k_prior` ('ntk').
+
+  Masked (numerically zero) eigenvalues count as 0.
+
+  Args:
+    eig: eigensystem of the flow kernel.
+    tau: flow times, `(n_times,)`.
+    y_eigen: `V^T y`.
+    k_prior: the unregularized train-train prior kernel, or `None` when the
+      prior is the flow kernel.
+    compute_cov: whether to compute the covariance.
+
+  Returns:
+    `(mean, cov)`, shapes `(n_times, n, k)` and `(n_times, n, n)` (`cov` is
+    `None` without `compute_cov`).
+  """
+  evals = jnp.where(eig.positive, eig.evals, 0.)
+  clipped = jnp.maximum(evals, 0.)
+  mean = scaled_product(eig.evecs, -jnp.expm1(-evals[None] * tau[:, None]),
+                        y_eigen)
+  if not compute_cov:
+    return mean, None
+  decay = jnp.exp(-clipped[None] * tau[:, None])
+  if k_prior is None:
+    cov = scaled_product(eig.evecs, clipped[None] * decay**2, eig.evecs.T)
+  else:
+    e = scaled_product(eig.evecs, decay, eig.evecs.T)
+    cov = e @ k_prior @ e
+  return mean, (cov + jnp.swapaxes(cov, -1, -2)) / 2
+
+
 def finite_time_covariance(b: Array, scales: Array, k_test_test: Array,
                            d: Array, middle: Optional[Array],
                            evals: Array) -> Array:

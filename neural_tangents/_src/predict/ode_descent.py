@@ -77,8 +77,9 @@ def gradient_descent(
     k_test_train=None)`: `t` a number of steps or an array of them (any
     order; their shape leads the outputs' shapes); `fx_train_or_state_0` the
     train outputs at `t = 0` or an `ODEState`. Returns `fx_train_t`, or
-    `(fx_train_t, fx_test_t)` when `k_test_train` is given, or an `ODEState`
-    when one was passed. `fx_train_0` is accepted as a keyword alias.
+    `(fx_train_t, fx_test_t)` when `fx_test_0` and `k_test_train` are given
+    (as `gradient_descent_mse`: with `fx_test_0=None` only `fx_train_t`), or
+    an `ODEState` when one was passed. `fx_train_0` is accepted as a keyword alias.
 
   Raises:
     ValueError: if `t` is None (no closed form at infinite time), or shapes do
@@ -163,7 +164,11 @@ def gradient_descent(
         0. if state.fx_train is None else state.fx_train, y_train.shape,
         'fx_train_0').astype(dtype)
     k_test, test_shape, fx_test = None, (), None
-    if k_test_train is not None:
+    # As `gradient_descent_mse`: without `fx_test_0` (and without an
+    # `ODEState` carrying test outputs) only the train outputs are returned,
+    # whatever `k_test_train` is.
+    if k_test_train is not None and (return_state or
+                                     state.fx_test is not None):
       k_test_train = as_array_kernel(k_test_train, 'k_test_train')
       check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
                    square=False)
@@ -199,7 +204,7 @@ def gradient_descent(
         lambda x: x[1:][unsort].reshape(t_shape + x.shape[1:]), path)
     if return_state:
       return path
-    if k_test_train is None:
+    if fx_test is None:
       return path.fx_train
     return path.fx_train, path.fx_test
 

@@ -253,8 +253,9 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
     identically distributed. Index the inputs before calling `kernel_fn`.
   * Batch axis: a slice selects examples of both `x1` and `x2`; the kernel's
     rows and columns are indexed alike.
-  * Ints on the batch or channel axis (which would remove the axis) raise a
-    `ValueError`; use a length-1 slice instead.
+  * Ints on the batch or channel axis (which would remove the axis) raise
+    `NotImplementedError` (as the published release does); use a length-1
+    slice instead.
 
   Masks are indexed with the activations.
 
@@ -277,8 +278,8 @@ def Index(idx: Any, batch_axis: int = 0, channel_axis: int = -1) -> Layer:
     full = _expand_index(idx, ndim)
     for axis, name in ((batch_axis % ndim, 'batch'),
                        (channel_axis % ndim, 'channel')):
-      if not isinstance(full[axis], slice):
-        raise ValueError(
+      if not isinstance(full[axis], slice):  # As the published release.
+        raise NotImplementedError(
             f'`idx`={idx!r} indexes the {name} axis {axis} with the integer '
             f'{full[axis]}, which would remove it. Use a length-1 slice, e.g. '
             f'`{full[axis]}:{full[axis] + 1}`.')
