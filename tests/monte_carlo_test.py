@@ -20,9 +20,12 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src import monte_carlo
 from tests import test_utils
 
 _KEY = random.PRNGKey(42)
+# The params keys of the first samples drawn from `_KEY` (the published chain).
+_INIT_KEYS = monte_carlo.published_key_chain(_KEY, 8)[0]
 _COUNTS = (4, 64)
 # Relative max errors (to the kernel's largest entry) at 64 samples; the
 # measured errors are ~0.5% (NTK) and ~1.1% (NNGP), the wrong network's
@@ -165,10 +168,10 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(np.abs(estimates[0] - estimates[-1]).max(), 1e-3)
 
   def test_samples_and_rng_keys(self):
-    # Sample `s` uses params from `fold_in(key, s)`; `apply_fn(x1)` gets
-    # `fold_in(rng, s)` and `apply_fn(x2)` `fold_in(fold_in(rng, 1), s)`
-    # (the published convention: x2's key is `fold_in(rng, 1)`), or the same
-    # key as x1 when x2 is None.
+    # Sample `s` uses params from the published chain's `init_key_s`; with a
+    # caller's `rng`, `apply_fn(x1)` gets `fold_in(rng, s)` and `apply_fn(x2)`
+    # `fold_in(fold_in(rng, 1), s)` (the published convention: x2's key is
+    # `fold_in(rng, 1)`), or the same key as x1 when x2 is None.
     x1, x2 = _inputs()
     rng = random.PRNGKey(7)
     n = 4
@@ -178,8 +181,9 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
       k = kernel_fn(x1, second, None, rng=rng)
       x = x1 if second is None else second
       nngp, ntk = 0., 0.
+      init_keys, _ = monte_carlo.published_key_chain(_KEY, n)
       for s in range(n):
-        _, params = _linear_init(random.fold_in(_KEY, s), x1.shape)
+        _, params = _linear_init(init_keys[s], x1.shape)
         rng1 = random.fold_in(rng, s)
         rng2 = rng1 if second is None else random.fold_in(
             random.fold_in(rng, 1), s)
@@ -229,7 +233,7 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
       expected = jax.tree_util.tree_map(
           lambda *k: sum(k) / n, *[
               empirical_fn(x1, second, ('nngp', 'ntk'),
-                           init_fn(random.fold_in(_KEY, s), shapes)[1])
+                           init_fn(_INIT_KEYS[s], shapes)[1])
               for s in range(n)])
       self.assertAllClose(kernel_fn(x1, second, ('nngp', 'ntk')), expected)
 
@@ -250,14 +254,14 @@ class SamplingTest(test_utils.NeuralTangentsTestCase):
     expected = jax.tree_util.tree_map(
         lambda *k: sum(k) / n, *[
             empirical_fn(x1, x2, ('nngp', 'ntk'),
-                         _linear_init(random.fold_in(_KEY, s), x1.shape)[1])
+                         _linear_init(_INIT_KEYS[s], x1.shape)[1])
             for s in range(n)])
     actual = kernel_fn(x1, x2, ('nngp', 'ntk'))
     self.assertAllClose(actual, expected)
     self.assertEqual(actual.ntk.shape, expected.ntk.shape)
     # The NNGP from its definition: f(x1)[n, c] f(x2)[n', c'].
     outputs = [(linear_apply(p, x1), linear_apply(p, x2))
-               for p in (_linear_init(random.fold_in(_KEY, s), x1.shape)[1]
+               for p in (_linear_init(_INIT_KEYS[s], x1.shape)[1]
                          for s in range(n))]
     full = sum(jnp.einsum('ab,cd->abcd', f1, f2) for f1, f2 in outputs) / n
     nngp = {((0,), ()): jnp.einsum('abad->bd', full) / 5,
@@ -281,22 +285,21 @@ class PublishedConventionsTest(test_utils.NeuralTangentsTestCase):
 
   def test_dropout_gets_a_key_derived_from_the_sampling_key(self):
     # As published, `apply_fn` gets a per-sample `rng` without the user
-    # passing one: here sample `s` uses `fold_in(split(key)[1], s)`, with
-    # the convention of `nt.empirical_kernel_fn` for x2's key.
+    # passing one: the chain's `rng_s`, with the convention of
+    # `nt.empirical_kernel_fn` for x2's key (`fold_in(rng_s, 1)`).
     init_fn, apply_fn, _ = stax.serial(
         stax.Dense(8), stax.Dropout(0.5, mode='train'), stax.Dense(1))
     x1, x2 = _inputs()
     n = 2
     kernel_fn = nt.monte_carlo_kernel_fn(init_fn, apply_fn, _KEY, n)
     empirical_fn = nt.empirical_kernel_fn(apply_fn)
-    rng = random.split(_KEY)[1]
+    init_keys, rngs = monte_carlo.published_key_chain(_KEY, n)
     for second in (None, x2):
       expected = 0.
       for s in range(n):
-        _, params = init_fn(random.fold_in(_KEY, s), x1.shape)
-        rng1 = random.fold_in(rng, s)
-        rng2 = rng1 if second is None else random.fold_in(
-            random.fold_in(rng, 1), s)
+        _, params = init_fn(init_keys[s], x1.shape)
+        rng1 = rngs[s]
+        rng2 = rng1 if second is None else random.fold_in(rng1, 1)
         expected += np.array(empirical_fn(x1, second, ('nngp', 'ntk'), params,
                                           rng=(rng1, rng2))) / n
       self.assertAllClose(kernel_fn(x1, second, ('nngp', 'ntk')),
