@@ -133,8 +133,9 @@ class KeywordsTest(test_utils.NeuralTangentsTestCase):
     x1, _ = _inputs()
     with self.assertRaisesRegex(
         TypeError, r"unexpected keyword argument\(s\) \['diagonal_spatail'\]"
-        r".*Accepted keywords: \['diagonal_batch', 'diagonal_spatial', "
-        r"'mask_constant'\]. Check the spelling"):
+        r".*Accepted keywords: \['batch_axis', 'channel_axis', "
+        r"'diagonal_batch', 'diagonal_spatial', 'mask_constant', 'pattern'\]. "
+        r"Check the spelling"):
       kernel_fn(x1, None, 'nngp', diagonal_spatail=True)
     with self.assertRaisesRegex(TypeError, 'diagonal_spatail'):
       kernel_fn(kernel_fn(x1, None), get='nngp', diagonal_spatail=True)

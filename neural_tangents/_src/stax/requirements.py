@@ -103,7 +103,12 @@ GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
 GET_FIELDS = GET_VALUES + tuple(
     f.name for f in dataclasses.fields(Kernel) if f.name not in GET_VALUES)
 # Keywords that the public `kernel_fn` itself reads.
-KERNEL_FN_KEYWORDS = ('diagonal_batch', 'diagonal_spatial', 'mask_constant')
+KERNEL_FN_KEYWORDS = ('diagonal_batch', 'diagonal_spatial', 'mask_constant',
+                      'batch_axis', 'channel_axis')
+# Keywords a published layer reads, accepted (and ignored) by a network none
+# of whose layers reads them, as the published release does (e.g. `pattern`
+# for a network without `Aggregate`, or `repeat(layer, 0)`).
+LAYER_KEYWORDS = ('pattern',)
 
 
 def requires(diagonal_batch: Diagonal = Diagonal(),
@@ -243,16 +248,20 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       diagonal_spatial: return only the spatial diagonal of the covariances,
         `(N1, N2, S_1, ..., S_d)` instead of `(N1, N2, S_1, S_1, ...)`.
       **kwargs: `mask_constant=` (input entries equal to it are masked, see
-        `masking`); the rest is passed to the layers (e.g. `pattern=` for
-        `Aggregate`).
+        `masking`); `batch_axis=`, `channel_axis=` (the layout of the
+        inputs, overriding the one the first layer declares); the rest is
+        passed to the layers (e.g. `pattern=` for `Aggregate`; ignored by a
+        network none of whose layers reads it).
 
     Returns:
       What `get` asks for.
     """
     names, single = _parse_get(get)  # Once per call.
     mask_constant = kwargs.pop('mask_constant', None)
+    batch_axis = kwargs.pop('batch_axis', None)
+    channel_axis = kwargs.pop('channel_axis', None)
     spec = kernel_spec(kernel_op)
-    _check_keywords(spec, kwargs)
+    kwargs = _check_keywords(spec, kwargs)
     if is_kernel_tree(x1_or_kernel):
       if jax.tree_util.tree_leaves(x2):
         raise ValueError(
@@ -267,7 +276,10 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
     allowed_in = _broadcast_allowed(spec.allowed_inputs(requested),
                                     x1_or_kernel)
-    axes = spec.input_axes.for_inputs(x1_or_kernel)
+    input_axes = spec.input_axes
+    if batch_axis is not None or channel_axis is not None:
+      input_axes = InputAxes(batch_axis, channel_axis)
+    axes = input_axes.for_inputs(x1_or_kernel)
 
     def to_kernel(x1, x2, allowed, axes):
       return inputs.inputs_to_kernel(
@@ -344,17 +356,23 @@ def _spatially_shaped(k: Any) -> bool:
   return k.n_spatial > 0
 
 
-def _check_keywords(spec: KernelSpec, kwargs: dict[str, Any]) -> None:
-  """Raises `TypeError` for keywords that no layer of the network reads."""
+def _check_keywords(spec: KernelSpec,
+                    kwargs: dict[str, Any]) -> dict[str, Any]:
+  """The keywords for the layers: published layer keywords that no layer of
+  the network reads are dropped; others no layer reads raise `TypeError`."""
   if spec.keywords is None:  # A hand-written layer taking `**kwargs`.
-    return
+    return kwargs
+  kwargs = {name: value for name, value in kwargs.items()
+            if name in spec.keywords or name not in LAYER_KEYWORDS}
   unknown = sorted(set(kwargs) - spec.keywords)
   if unknown:
-    accepted = sorted(set(KERNEL_FN_KEYWORDS) | spec.keywords)
+    accepted = sorted(set(KERNEL_FN_KEYWORDS) | set(LAYER_KEYWORDS) |
+                      spec.keywords)
     raise TypeError(
         f'`kernel_fn` got unexpected keyword argument(s) {unknown}: no layer '
         f'of this network reads them. Accepted keywords: {accepted}. Check '
         'the spelling (e.g. `diagonal_spatial`).')
+  return kwargs
 
 
 def _unreversed(k: Any) -> Any:
