@@ -121,17 +121,21 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
     k = kernel_fn(x1, x2, 'nngp')
     self.assertGreater(test_utils.relative_error(k_unmasked, k), 0.5)
 
-  def test_flatten_drops_the_mask(self):
+  def test_flatten_flattens_the_mask(self):
+    # As published, the output stays a `MaskedArray`, the mask flattened
+    # with the activations.
     x, mask = _sequences(lengths=(3, 3, 3))
     init_fn, apply_fn, kernel_fn = stax.serial(
         stax.Dense(8, b_std=0.5), stax.Erf(c=0.5), stax.Flatten())
     _, params = init_fn(jax.random.PRNGKey(0), x.shape)
     out = apply_fn(params, x, mask_constant=_PAD)
-    self.assertNotIsInstance(out, stax.MaskedArray)
-    self.assertEqual(out.shape, (3, 40))
-    self.assertAllClose(out.reshape(3, 5, 8)[:, 3:], jnp.zeros((3, 2, 8)))
+    self.assertIsInstance(out, stax.MaskedArray)
+    self.assertEqual(out.masked_value.shape, (3, 40))
+    self.assertAllClose(out.masked_value.reshape(3, 5, 8)[:, 3:],
+                        jnp.zeros((3, 2, 8)))
+    np.testing.assert_array_equal(
+        out.mask, np.repeat(np.arange(5) >= 3, 8)[None].repeat(3, 0))
     k = kernel_fn(x, None, mask_constant=_PAD)
-    self.assertIsNone(k.mask1)
     # Flattened zeros count among the features: 3 of 5 positions are live.
     k_short = kernel_fn(x[:, :3], None)
     self.assertAllClose(k.nngp, 3 / 5 * k_short.nngp)

@@ -23,9 +23,10 @@ network that never needs off-diagonal entries (e.g. a CNN read out through
 `Flatten`) only ever stores `(N1, N2, S_1, ..., S_d)` covariances.
 
 Masking (see `masking`): masked input positions are zeros, in the activations
-and in the covariances; an output position is masked iff no unmasked input
-position lies in its window, and covariances at masked output positions are
-zeroed (they would otherwise hold the bias).
+and in the covariances; an output position is masked iff the input position
+at the centre of its window is (the published rule, `windows.window_centres`),
+and covariances at masked output positions are zeroed (they would otherwise
+hold the bias).
 
 The geometry of the windows (`Padding`, `WindowDim`, `ConvLayout`), the sums
 over them and the mask of window outputs are in `windows`, shared with the
@@ -398,7 +399,7 @@ def _init_fn(spec: _ConvSpec, untied: bool) -> Callable:
 
 
 def _mask_fn(spec: _ConvSpec) -> Callable:
-  """`mask_fn` of a convolution: masked iff its window is (see module)."""
+  """`mask_fn` of a convolution: masked iff its window centre is (module)."""
 
   def mask_fn(mask, input_shape):
     return window_output_mask(mask, input_shape, spec.layout.lhs,

@@ -229,7 +229,7 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
   The output's channels are the input's (position, channel) pairs, so its
   kernel is the mean over positions of the input kernel's spatial diagonal
   (Novak et al. 2019): only the spatial diagonal is ever needed. Masked
-  entries (see `masking`) are zero features of the output, which has no mask.
+  entries (see `masking`) are zero features of the output, masked there.
 
   Args:
     batch_axis: batch axis of the inputs.
@@ -284,7 +284,13 @@ def Flatten(batch_axis: int = 0, batch_axis_out: int = 0) -> Layer:
                           channel_axis_out)
 
   def mask_fn(mask, input_shape):
-    # Masked entries are zeros among the flattened features; none is masked.
-    return None
+    # Masked entries are zeros among the flattened features, and stay masked
+    # there (as published, `apply_fn` keeps returning a `MaskedArray`).
+    b = canonicalize_axis(batch_axis, len(input_shape), 'batch_axis')
+    shape = list(input_shape)
+    shape[b] = mask.shape[b]
+    out = jnp.moveaxis(jnp.broadcast_to(mask, shape), b, 0)
+    out = out.reshape(out.shape[0], -1)
+    return out if batch_axis_out == 0 else out.T
 
   return init_fn, apply_fn, kernel_fn, mask_fn

@@ -17,10 +17,14 @@ Semantics (the same for the finite network and its kernels):
 * Each layer maps its input mask to an output mask with a `mask_fn(mask,
   input_shape)`: elementwise layers keep it; `Dense` masks a position iff all
   its channels are masked (output mask of size 1 on the channel axis);
-  `Flatten` and global pooling drop it (return `None`: the output is a plain
-  array, built from zeros at the masked entries); a convolution masks an
-  output position iff every input position (and channel) in its window is
-  masked; pooling averages over unmasked entries only; attention and
+  `Flatten` flattens it with the activations; global pooling masks an
+  example iff all its positions and channels are (the published rules, so
+  `apply_fn` keeps returning a `MaskedArray`); a convolution or pooling
+  window's output position is masked iff the input position at the centre
+  of its window is (padding counts as masked: with `SAME` padding and
+  stride 1 the mask passes through unchanged, with strides it is strided
+  through the window centres); pooling, and global average pooling,
+  average over unmasked entries only; attention and
   `Aggregate` ignore masked positions as keys / sender nodes and mask the same
   positions of their output.
 * `apply_fn` returns a `MaskedArray` whenever its output mask is not `None`

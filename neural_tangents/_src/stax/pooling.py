@@ -351,9 +351,15 @@ def _global_pool(layer_name: str, batch_axis: int, channel_axis: int,
                               pool_kernel)
 
   def mask_fn(mask, input_shape):
-    # Masked positions are zeros averaged over (or left out of the average):
-    # the output is a plain array.
-    return None
+    # Masked positions are zeros summed over (or left out of the average);
+    # as published, the output stays a `MaskedArray`, masked where every
+    # position and channel of an example is.
+    ndim = len(input_shape)
+    axes = spatial_axes(ndim, batch_axis, channel_axis, layer_name)
+    masked = jnp.all(mask, axis=tuple(axes) + (channel_axis % ndim,),
+                     keepdims=True)
+    masked = jnp.squeeze(masked, tuple(axes))
+    return masked
 
   return init_fn, apply_fn, kernel_fn, mask_fn
 

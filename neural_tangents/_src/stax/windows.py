@@ -413,15 +413,36 @@ def diagonal_window_sum(
 
 
 
+def window_centres(dim: WindowDim) -> np.ndarray:
+  """The input index at the centre tap of each window (-1: none there).
+
+  The centre tap of a window of `size` taps is `(size - 1) // 2`; it falls
+  on padding (-1), on a zero inserted by `dilation` (-1), or on an input
+  position (wrapped around with `wrap`).
+
+  Example:
+    >>> window_centres(WindowDim(6, 3, 2, (0, 1)))
+    array([1, 3, 5])
+  """
+  q = (np.arange(dim.out_size) * dim.stride + (dim.size - 1) // 2 -
+       dim.pads[0])
+  if dim.wrap:
+    q = q % dim.dilated_size
+  inside = (q >= 0) & (q < dim.dilated_size) & (q % dim.dilation == 0)
+  return np.where(inside, q // dim.dilation, -1)
+
+
 def window_output_mask(mask: Array, input_shape: Sequence[int],
                        spec: str, windows: dict[str, WindowDim],
                        out_spec: str) -> Array:
-  """The mask of a sliding-window layer's outputs.
+  """The mask of a sliding-window layer's outputs (the published rule).
 
-  An output position is masked iff no unmasked input position lies in its
-  window (a position is masked iff all its channels are; padding and the
-  zeros a transposed convolution inserts count as masked, wrapped positions
-  keep their mask).
+  An output position is masked iff the input position at the centre of its
+  window is (`window_centres`; a position is masked iff all its channels
+  are; padding and the zeros a transposed convolution inserts count as
+  masked, wrapped positions keep their mask). For `SAME` padding and stride
+  1 the mask passes through unchanged; with strides it is strided through
+  the window centres.
 
   Args:
     mask: boolean input mask (`True` = masked), broadcastable to
@@ -439,8 +460,12 @@ def window_output_mask(mask: Array, input_shape: Sequence[int],
   masked = jnp.all(mask, axis=c_axis, keepdims=True)
   shape = [1 if a == 'C' else masked.shape[i] if a == 'N' else input_shape[i]
            for i, a in enumerate(spec)]
-  unmasked = jnp.broadcast_to(~masked, shape).astype(jnp.int32)
-  unmasked = separable_window_sum(unmasked,
-                                  [spec.index(c) for c in windows],
-                                  list(windows.values()))
-  return jnp.transpose(unmasked == 0, [spec.index(a) for a in out_spec])
+  masked = jnp.broadcast_to(masked, shape)
+  for letter, dim in windows.items():
+    axis = spec.index(letter)
+    centres = window_centres(dim)
+    masked = jnp.take(masked, np.maximum(centres, 0), axis=axis)
+    outside = (centres < 0).reshape(
+        [-1 if i == axis else 1 for i in range(masked.ndim)])
+    masked = masked | outside
+  return jnp.transpose(masked, [spec.index(a) for a in out_spec])
