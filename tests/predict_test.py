@@ -1088,7 +1088,7 @@ class PublishedParityTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '`y_train` has 5 rows'):
       predict.gp_inference(k, y_train[:5])('ntk')
 
-  def test_ensemble_on_training_set_ignores_diag_reg(self):
+  def test_ensemble_on_training_set(self):
     x_train, y_train, _ = _data(jax.random.PRNGKey(42), out_dim=2)
     gets = []
 
@@ -1106,26 +1106,19 @@ class PublishedParityTest(test_utils.NeuralTangentsTestCase):
     out = regularized(None, None, ('nngp', 'ntkgp'))
     self._assert_equal(out.nngp, y_train)
     self._assert_equal(out.ntkgp, y_train)
-    # Finite times: the flow of the unregularized kernel, `x_test=x_train`
-    # without `diag_reg`.
-    unregularized = predict.gradient_descent_mse_ensemble(
-        _relu_kernel_fn, x_train, y_train)
-    times = jnp.array([0., 3., 30.])
-    for get in ('nngp', 'ntk', 'ntkgp'):
-      on_train = regularized(times, None, get, compute_cov=True)
-      self.assertAllClose(
-          on_train, unregularized(times, x_train, get, compute_cov=True),
-          rtol=1e-9, atol=1e-9)
-      # The check has power: the regularized flow differs.
-      self.assertGreater(
-          test_utils.relative_error(
-              on_train.mean[-1], regularized(times, x_train, get)[-1]), 1e-2)
-    # The closed form of the MSE flow, `y - exp(-Theta t / n) y`.
+    # Finite times: as published, the flow of the regularized kernel
+    # `Theta + r I` (`r = 0.5 trace(Theta) / 6`), `y - exp(-Theta_r t / n) y`
+    # (`tests/predict/published_conventions_test.py` checks the covariances).
+    ntk = _relu_kernels(x_train, x_train).ntk
     tau = 3. / y_train.size
     expected = y_train - jsp_linalg.expm(
-        -tau * _relu_kernels(x_train, x_train).ntk) @ y_train
+        -tau * (ntk + 0.5 * jnp.trace(ntk) / 6 * jnp.eye(6))) @ y_train
     self.assertAllClose(regularized(3., None, 'ntk'), expected, rtol=1e-9,
                         atol=1e-9)
+    # The check has power: the unregularized flow differs.
+    unregularized = y_train - jsp_linalg.expm(-tau * ntk) @ y_train
+    self.assertGreater(test_utils.relative_error(unregularized, expected),
+                       1e-2)
 
   def test_traced_batch_axis_scalar_kernel_closed_form(self):
     """`f_t = y + exp(-lr t k / y.size) (f_0 - y)` for a scalar kernel."""

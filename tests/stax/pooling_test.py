@@ -98,8 +98,9 @@ class ExactKernelTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(out.masked_value[0, :, 0], jnp.array([1.5, 2., 0.]))
     self.assertEqual(out.mask[0, :, 0].tolist(), [False, False, True])
     _, apply_fn, _ = stax.GlobalAvgPool()
-    self.assertAllClose(apply_fn((), MaskedArray(x, mask)),
-                        jnp.array([[1.5]]))
+    out = apply_fn((), MaskedArray(x, mask))  # Published: still masked.
+    self.assertAllClose(out.masked_value, jnp.array([[1.5]]))
+    self.assertEqual(out.mask.tolist(), [[False]])
 
   @parameterized.parameters(stax.AvgPool, stax.SumPool)
   def test_channels_first_equals_channels_last(self, layer):

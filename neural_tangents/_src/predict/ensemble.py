@@ -410,8 +410,8 @@ def gradient_descent_mse_ensemble(
                             regularized=True)
         mean, cov = train_set_flow(
             eig, tau, y_eigen,
-            None if posterior.prior == posterior.flow else
-            k_train[posterior.prior], compute_cov)
+            None if posterior.prior == posterior.flow or not compute_cov
+            else k_train[posterior.prior], compute_cov)
         mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
                                  test_shape, layout)
         out[name] = mean if cov is None else Gaussian(

@@ -192,7 +192,8 @@ def _pool(layer_name: str, window_shape, strides, padding,
                               pool_kernel)
 
   def mask_fn(mask, input_shape):
-    # An output is masked iff every entry of its window is.
+    # An output is masked iff the centre of its window is (the published
+    # rule); its covariances, averages of unmasked entries, are zeroed.
     b = batch_axis % len(input_shape)
     c = channel_axis % len(input_shape)
     spec = ''.join('N' if i == b else 'C' if i == c else chr(ord('a') + i)
@@ -226,7 +227,7 @@ def _weigh_covariances(k: Kernel, c1: Array, c2: Array) -> Kernel:
 
 
 @layer
-@supports_masking(remask_kernel=False)
+@supports_masking(remask_kernel=True)
 def AvgPool(window_shape: Sequence[int],
             strides: Optional[Sequence[int]] = None,
             padding: Union[str, Padding] = Padding.VALID.value,
@@ -269,7 +270,7 @@ def AvgPool(window_shape: Sequence[int],
 
 
 @layer
-@supports_masking(remask_kernel=False)
+@supports_masking(remask_kernel=True)
 def SumPool(window_shape: Sequence[int],
             strides: Optional[Sequence[int]] = None,
             padding: Union[str, Padding] = Padding.VALID.value,
