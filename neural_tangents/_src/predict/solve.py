@@ -459,25 +459,96 @@ def pivoted_cholesky_preconditioner(k: Any, reg: float, rank: int
   return _PivotedCholesky(low_rank, shift, inner)
 
 
+# Steps of the Lanczos iteration that estimates the extreme eigenvalues of an
+# indefinite `K + r I` for the error message (exact when `n` is at most this).
+LANCZOS_STEPS = 64
+
+
+def lanczos_extremes(matmul: Callable[[np.ndarray], np.ndarray],
+                     start: np.ndarray, steps: int) -> tuple[float, float]:
+  """Smallest and largest Ritz values of a symmetric operator after `steps`
+  Lanczos steps from `start` (full reorthogonalization, float64).
+
+  The smallest is an upper bound on the smallest eigenvalue, the largest a
+  lower bound on the largest; both are exact once the Krylov space is
+  invariant (at the latest after `n` steps).
+  """
+  n = start.shape[0]
+  basis = np.zeros((n, min(steps, n)))
+  alphas, betas = [], []
+  v = start / np.linalg.norm(start)
+  for j in range(basis.shape[1]):
+    basis[:, j] = v
+    w = matmul(v[:, None])[:, 0]
+    alphas.append(float(v @ w))
+    w -= basis[:, :j + 1] @ (basis[:, :j + 1].T @ w)
+    w -= basis[:, :j + 1] @ (basis[:, :j + 1].T @ w)
+    beta = float(np.linalg.norm(w))
+    if beta <= 1e-12 * max(abs(a) for a in alphas) or j + 1 == basis.shape[1]:
+      break
+    betas.append(beta)
+    v = w / beta
+  ritz = scipy.linalg.eigvalsh_tridiagonal(np.array(alphas),
+                                           np.array(betas[:len(alphas) - 1]))
+  return float(ritz[0]), float(ritz[-1])
+
+
 class CGSolver:
   """`(K + r I)^{-1} b` by preconditioned conjugate gradients.
 
   All columns of `b` are iterated together (one block product with `K` per
   iteration); a solve stops when every column has a relative residual
   `<= tol`, or after `maxiter` iterations with a `RuntimeWarning`.
+
+  `K + r I` must be positive semi-definite, as for Cholesky: a diagonal
+  entry or a search direction of negative curvature (`p^T (K + r I) p <
+  -c |p|^2`, `c` the round-off level of `eigh_psd`) proves it is not, and
+  raises the `ValueError` of `not_psd_error`, its eigenvalues estimated by
+  Lanczos from that direction. `diag_reg`, `scale` and `absolute` only word
+  that message (as for `eigh_psd`).
   """
 
   def __init__(self, k: Any, reg: float, tol: float, maxiter: Optional[int],
-               rank: int, name: str = 'k_train_train'):
+               rank: int, name: str = 'k_train_train', diag_reg: float = 0.,
+               scale: float = 1., absolute: bool = True):
     self.k = host_view(k)
     self.reg = float(reg)
     self.tol = float(tol)
     self.maxiter = maxiter
     self.name = name
-    self.precondition = (pivoted_cholesky_preconditioner(k, reg, rank)
-                         if rank else None)
+    self._wording = (float(diag_reg), float(scale), bool(absolute))
     self.info = SolveInfo('cg', converged=False)
     self.out_dtype = compute_dtype(k.dtype)
+    d = np.asarray(diagonal(self.k), np.float64) + self.reg
+    # Round-off level of `K + r I`: `lambda_max >= max(d)`.
+    self.cutoff = float(_noise_cutoff(d.shape[0], self.out_dtype,
+                                      float(np.max(d))))
+    if float(np.min(d)) < -self.cutoff:
+      start = np.zeros(d.shape[0])
+      start[int(np.argmin(d))] = 1.
+      raise self._not_psd(start)
+    self.precondition = (pivoted_cholesky_preconditioner(k, reg, rank)
+                         if rank else None)
+
+  def _not_psd(self, direction: np.ndarray) -> ValueError:
+    """The error for an indefinite `K + r I`, seen along `direction`."""
+    n = direction.shape[0]
+    # A little of a fixed random vector, so that the Krylov space also
+    # reaches the top of the spectrum when `direction` is an eigenvector.
+    mix = np.random.RandomState(0).randn(n)
+    start = (direction / np.linalg.norm(direction) +
+             1e-2 * mix / np.linalg.norm(mix))
+    lambda_min, lambda_max = lanczos_extremes(self.matmul, start,
+                                              LANCZOS_STEPS)
+    d = np.asarray(diagonal(self.k), np.float64) + self.reg
+    # Diagonal entries are Rayleigh quotients: they bound both extremes.
+    lambda_min = min(lambda_min, float(np.min(d)))
+    lambda_max = max(lambda_max, float(np.max(d)))
+    cutoff = float(_noise_cutoff(n, self.out_dtype, lambda_max))
+    diag_reg, scale, absolute = self._wording
+    return not_psd_error(self.name, lambda_min, lambda_max,
+                         _suggested_diag_reg(lambda_min, cutoff, scale,
+                                             diag_reg, absolute))
 
   def matmul(self, v: np.ndarray) -> np.ndarray:
     return kernel_matmul(self.k, v) + self.reg * v
@@ -513,6 +584,10 @@ class CGSolver:
           break
         q = self.matmul(p)
         pq = np.sum(p * q, axis=0)
+        curvature = pq / np.maximum(np.sum(p * p, axis=0),
+                                    np.finfo(np.float64).tiny)
+        if np.min(curvature) < -self.cutoff:
+          raise self._not_psd(p[:, int(np.argmin(curvature))])
         alpha = np.divide(rz, pq, out=np.zeros_like(rz), where=pq > 0)
         x += alpha * p
         r -= alpha * q
@@ -620,15 +695,17 @@ def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
                      f'only `solver="cg"` can use; got solver={solver!r}. '
                      'Pass solver="cg", or the kernel as an array.')
   reg = regularizer(k, diag_reg, diag_reg_absolute_scale)
-  if solver == 'cg':
-    if _is_traced(k):
-      raise ValueError('`solver="cg"` needs a concrete kernel, not one traced '
-                       'under `jit`; use solver="cholesky" inside `jit`.')
-    return CGSolver(k, float(reg), tol, maxiter, preconditioner_rank, name)
-
-  dtype = compute_dtype(k.dtype)
+  if solver == 'cg' and _is_traced(k):
+    raise ValueError('`solver="cg"` needs a concrete kernel, not one traced '
+                     'under `jit`; use solver="cholesky" inside `jit`.')
   scale = float(np.mean(np.asarray(diagonal(k), np.float64))) if not (
       _is_traced(k)) else 1.
+  if solver == 'cg':
+    return CGSolver(k, float(reg), tol, maxiter, preconditioner_rank, name,
+                    diag_reg=float(diag_reg), scale=scale,
+                    absolute=diag_reg_absolute_scale)
+
+  dtype = compute_dtype(k.dtype)
   if solver == 'cholesky' and not _is_traced(k):
     if _on_host(k):
       factor = _host_cholesky(np.asarray(k), float(reg), dtype)
