@@ -997,7 +997,8 @@ def ExpNormalized(gamma: float = 1,
   `ValueError`; use the layer in infinite networks only.
 
   Args:
-    gamma: exponent scale.
+    gamma: exponent scale, `>= 0` (a negative one gives a kernel that is not
+      positive semi-definite).
     shift: added to the correlation before exponentiating.
     do_clip: whether to clip the correlation `c / sqrt(q1 q2)` to `[-1, 1]`
       (rounding can push it out slightly; the kernel is finite either way).
@@ -1010,6 +1011,17 @@ def ExpNormalized(gamma: float = 1,
     >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
     1.0
   """
+  gamma = arguments.real_number(
+      gamma, 'gamma', 'Pass e.g. `ExpNormalized(gamma=1.)`.',
+      layer_name='ExpNormalized')
+  if isinstance(gamma, (int, float, np.integer, np.floating)) and not (
+      gamma >= 0):
+    # `exp(gamma rho)` is PSD in `rho` (a correlation) only for `gamma >= 0`
+    # (a power series in `rho` with nonnegative coefficients).
+    raise ValueError(
+        f'`gamma` of `ExpNormalized` must be >= 0; got {gamma!r}, which makes '
+        'the kernel not positive semi-definite (no network has it). Pass e.g. '
+        '`ExpNormalized(gamma=1.)` (0 gives the linear-in-norms kernel).')
   return elementwise(None, exp_normalized_kernel_map(gamma, shift, do_clip),
                      'ExpNormalized')
 
