@@ -67,6 +67,7 @@ Example:
 """
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, Optional
 
 import jax
@@ -398,8 +399,16 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
   (see `public_kernel_fn`), named after the layer.
   """
 
+  signature = inspect.signature(layer_fn)
+
   @functools.wraps(layer_fn)
   def new_layer_fn(*args, **kwargs):
+    try:
+      bound = signature.bind(*args, **kwargs)
+    except TypeError:
+      bound = None  # The call itself raises the usual error below.
+    if bound is not None:
+      arguments.finite_hyperparameters(layer_fn.__name__, bound)
     init_fn, apply_fn, kernel_op = layer_fn(*args, **kwargs)
     kernel_op = kernel_op_of(kernel_op)
     spec = kernel_spec(kernel_op)

@@ -293,6 +293,58 @@ def real_number(value: Any, name: str, fix: str, *, layer_name: str = '',
                   f'{value!r} ({type(value).__name__}). {fix}')
 
 
+def _non_finite(value: Any) -> Optional[str]:
+  """'nan' or 'inf' if a concrete float (scalar, float sequence or array)
+  holds one; None for finite values, non-floats and traced values."""
+  if isinstance(value, (bool, np.bool_)) or isinstance(value, jax.core.Tracer):
+    return None
+  if isinstance(value, (float, np.floating)):
+    array = np.asarray(value)
+  elif isinstance(value, (np.ndarray, jax.Array)) and _is_inexact(value):
+    array = np.asarray(value)
+  elif (isinstance(value, (list, tuple)) and value and
+        all(isinstance(v, (float, np.floating)) for v in value)):
+    array = np.asarray(value, np.float64)
+  else:
+    return None
+  if np.all(np.isfinite(array)):
+    return None
+  if np.any(np.isnan(array)):
+    return 'nan'
+  return 'inf'
+
+
+def _is_inexact(value: Any) -> bool:
+  dtype = getattr(value, 'dtype', None)
+  return dtype is not None and np.issubdtype(dtype, np.inexact)
+
+
+def finite_hyperparameters(layer_name: str, bound: Any) -> None:
+  """Raises a `ValueError` naming the first argument of `bound` (an
+  `inspect.BoundArguments` of a layer constructor) that is a NaN or infinite
+  float, or a float sequence or array holding one: a kernel computed from it
+  would be NaN, or worse, finite and wrong.
+
+  Example:
+    >>> import inspect
+    >>> def Dense(out_dim, W_std=1.): pass
+    >>> bound = inspect.signature(Dense).bind(8, W_std=float('nan'))
+    >>> finite_hyperparameters('Dense', bound)
+    Traceback (most recent call last):
+    ...
+    ValueError: `W_std` of `Dense` must be finite; got nan, which would make the kernel NaN or wrong. Pass finite values, e.g. the default W_std=1.0.
+  """
+  for name, value in bound.arguments.items():
+    if _non_finite(value) is None:
+      continue
+    default = bound.signature.parameters[name].default
+    example = (f', e.g. the default {name}={default!r}' if isinstance(
+        default, (int, float)) and not isinstance(default, bool) else '')
+    raise ValueError(
+        f'`{name}` of `{layer_name}` must be finite; got {value!r}, which '
+        f'would make the kernel NaN or wrong. Pass finite values{example}.')
+
+
 _KEY_FIX = ('Pass one key: `jax.random.PRNGKey(0)` (a raw uint32[2] key) or '
             '`jax.random.key(0)` (a typed key).')
 
