@@ -77,3 +77,37 @@ class CGIndefiniteKernelTest(test_utils.NeuralTangentsTestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class GpInferenceEdgeInputsTest(test_utils.NeuralTangentsTestCase):
+  """Inputs the published release accepted (issue 29 item 9)."""
+
+  def _kernels(self):
+    k = 3 * np.eye(5, dtype=np.int64) + 1
+    y = np.random.RandomState(1).randn(5, 1).astype(np.float32)
+    return k, y
+
+  @parameterized.parameters('cholesky', 'eigh', 'cg')
+  def test_integer_kernels_give_the_float_answer(self, solver):
+    k, y = self._kernels()
+    k_test = np.arange(10, dtype=np.int64).reshape(2, 5) % 3
+    mean = predict.gp_inference(k, y, diag_reg=1e-3, solver=solver)(
+        'nngp', k_test)
+    expected = predict.gp_inference(k.astype(np.float32), y, diag_reg=1e-3,
+                                    solver=solver)(
+                                        'nngp', k_test.astype(np.float32))
+    self.assertTrue(np.issubdtype(np.asarray(mean).dtype, np.floating))
+    self.assertAllClose(mean, expected, rtol=1e-5, atol=1e-6)
+
+  @parameterized.parameters('cholesky', 'cg')
+  def test_empty_test_set_gives_an_empty_mean(self, solver):
+    k, y = self._kernels()
+    k = k.astype(np.float32)
+    for dtype in (np.float32, np.float64):
+      mean = predict.gp_inference(k, y, solver=solver)(
+          'ntk', np.zeros((0, 5), dtype))
+      self.assertEqual(np.shape(mean), (0, 1))
+
+  def test_empty_test_set_kernel_matmul(self):
+    out = solve.kernel_matmul(np.zeros((0, 5), np.float32), np.ones((5, 2)))
+    self.assertEqual(out.shape, (0, 2))

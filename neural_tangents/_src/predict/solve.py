@@ -152,8 +152,12 @@ def all_on_host(*arrays: Any) -> bool:
 
 
 def compute_dtype(dtype: Any) -> np.dtype:
-  """Half precision is solved in float32 (LAPACK has no float16)."""
+  """Half precision is solved in float32 (LAPACK has no float16); integer and
+  boolean kernels in JAX's default float (float32, or float64 under x64), as
+  `jnp` arithmetic would promote them."""
   dtype = np.dtype(dtype)
+  if not np.issubdtype(dtype, np.inexact):
+    return np.dtype(jnp.result_type(float))
   if dtype.itemsize < 4:
     return np.dtype(np.float32)
   return dtype
@@ -376,8 +380,10 @@ def _jit_cholesky(k: Array, reg: Array) -> Array:
 def _row_block(k: Any, n: int) -> int:
   if isinstance(k, KernelRows):
     return k.block_rows
-  # float64 rows, at most an eighth of the kernel at a time.
-  return max(1, min(BLOCK_BYTES // (8 * n), -(-n // 8)))
+  # float64 rows, at most an eighth of the kernel at a time (a kernel may be
+  # rectangular, e.g. test-train, or have no rows or columns).
+  columns = max(1, k.shape[-1])
+  return max(1, min(BLOCK_BYTES // (8 * columns), -(-n // 8)))
 
 
 def _rows(k: Any, start: int, stop: int) -> np.ndarray:

@@ -136,6 +136,19 @@ def _edges_to_dense(receivers: Array, senders: Array, v: int,
   return jax.vmap(one)(receivers, senders)
 
 
+def _same_pattern(p1: Any, p2: Any) -> bool:
+  """Whether two patterns are the same array (or equal concrete arrays);
+  traced ones cannot be compared and are taken as the same."""
+  if p1 is p2:
+    return True
+  if p1 is None or p2 is None:
+    return False
+  if isinstance(p1, jax.core.Tracer) or isinstance(p2, jax.core.Tracer):
+    return True
+  return (np.shape(p1) == np.shape(p2) and
+          bool(np.array_equal(np.asarray(p1), np.asarray(p2))))
+
+
 @layer
 @supports_masking(remask_kernel=True)
 def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
@@ -248,11 +261,11 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
           '`pattern=(p1, p2)`, or `pattern=(p1, None)` when `x2` is None.')
     p1, p2 = pattern
     if k.x1_is_x2:
-      if p2 is not None and p2 is not p1:
+      if p2 is not None and not _same_pattern(p1, p2):
         raise ValueError(
-            '`pattern[1]` must be None (or `pattern[0]`) when `x2` is None: '
-            'the kernel pairs `x1` with itself. Pass `pattern=(p1, None)`, or '
-            'pass `x2` explicitly.')
+            '`pattern[1]` must be None (or equal to `pattern[0]`) when `x2` '
+            'is None: the kernel pairs `x1` with itself, but the two patterns '
+            'differ. Pass `pattern=(p1, None)`, or pass `x2` explicitly.')
       p2 = p1
     if p1 is None and p2 is None:
       return k

@@ -147,14 +147,11 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 def _parse_get(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
   """`(names or None, single)` of `get` (see `arguments.parse_get`), or
   raises `ValueError`."""
-  try:
-    return arguments.parse_get(get, GET_FIELDS)
-  except ValueError as e:
-    raise ValueError(
-        f'`get` must be None, one of {GET_VALUES} (or another `Kernel` field '
-        f'name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
-        f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk"). ({e})'
-    ) from None
+  return arguments.parse_get(
+      get, GET_FIELDS,
+      fix=f'`get` must be None, one of {GET_VALUES} (or another `Kernel` '
+      f'field name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
+      f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk").')
 
 
 def _select(k: Any, names: Optional[tuple[str, ...]], single: bool,

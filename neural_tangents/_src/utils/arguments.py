@@ -12,7 +12,7 @@ from neural_tangents._src.utils.kernel import Kernel
 EnumT = TypeVar('EnumT', bound=enum.Enum)
 
 
-def parse_get(get: Any, allowed: Sequence[str]
+def parse_get(get: Any, allowed: Sequence[str], fix: Optional[str] = None
               ) -> tuple[Optional[tuple[str, ...]], bool]:
   """`get` as `(names, single)`: the requested names and whether one was
   asked for as a bare string (so one value, not a namedtuple, is returned).
@@ -24,6 +24,7 @@ def parse_get(get: Any, allowed: Sequence[str]
   Args:
     get: `None`, a name, or a non-empty tuple/list of distinct names.
     allowed: the names this function can return.
+    fix: what to pass instead of a wrong name (default: the allowed names).
 
   Returns:
     `(names or None, single)`.
@@ -40,11 +41,14 @@ def parse_get(get: Any, allowed: Sequence[str]
     return None, False
   single = isinstance(get, str)
   names = (get,) if single else get
-  fix = (f'Pass one of {tuple(allowed)}, a tuple of them, e.g. '
-         f'get={tuple(allowed)[:2]!r}, or None for all.')
-  if not isinstance(names, (tuple, list)) or not names:
+  if fix is None:
+    fix = (f'Pass one of {tuple(allowed)}, a tuple of them, e.g. '
+           f'get={tuple(allowed)[:2]!r}, or None for all.')
+  if not isinstance(names, (tuple, list)):
     raise ValueError(f'`get` must be a name or a tuple of names; got '
                      f'{get!r}. {fix}')
+  if not names:
+    raise ValueError(f'`get={get!r}` is empty: it asks for nothing. {fix}')
   by_lower = {a.lower(): a for a in allowed}
   canonical = []
   for name in names:
@@ -54,8 +58,10 @@ def parse_get(get: Any, allowed: Sequence[str]
     canonical.append(by_lower[name.lower()])
   names = canonical
   if len(set(names)) != len(names):
-    raise ValueError(f'`get={get!r}` names a kernel twice. Pass each name '
-                     'once.')
+    duplicate = next(n for n in names if names.count(n) > 1)
+    raise ValueError(f'`get={get!r}` has a duplicate: it names a kernel '
+                     f'twice ({duplicate!r}). Pass each name once, e.g. '
+                     f'get={tuple(dict.fromkeys(names))!r}.')
   return tuple(names), single
 
 
