@@ -75,6 +75,39 @@ class CGIndefiniteKernelTest(test_utils.NeuralTangentsTestCase):
                         atol=1e-8)
 
 
+class SolverArgumentsTest(test_utils.NeuralTangentsTestCase):
+  """Solver arguments: numpy scalars accepted, wrong types named (item 11)."""
+
+  def _k_y(self):
+    x = np.random.RandomState(0).randn(5, 3)
+    k = (x @ x.T + np.eye(5)).astype(np.float32)
+    return k, np.ones((5, 1), np.float32)
+
+  def test_numpy_scalar_tol(self):
+    k, y = self._k_y()
+    for tol in (np.float32(1e-5), np.float64(1e-6)):
+      mean = predict.gp_inference(k, y, solver='cg', tol=tol)('nngp', k[:2])
+      self.assertAllClose(mean, y[:2], rtol=1e-3, atol=1e-3)
+
+  def test_bool_preconditioner_rank(self):
+    k, y = self._k_y()
+    with self.assertRaisesRegex(ValueError, r'`preconditioner_rank` must be '
+                                r'an int >= 0; got True'):
+      predict.gp_inference(k, y, solver='cg', preconditioner_rank=True)(
+          'nngp', k[:2])
+
+  def test_string_diag_reg(self):
+    k, y = self._k_y()
+    with self.assertRaisesRegex(TypeError, r"`diag_reg` must be a number >= "
+                                r"0; got '1e-3'\. Pass a float"):
+      predict.gp_inference(k, y, diag_reg='1e-3')('nngp', k[:2])
+
+  def test_max_learning_rate_of_no_points(self):
+    with self.assertRaisesRegex(ValueError, r'`ntk_train_train` has no '
+                                r'training points \(shape \(0, 0\)\)'):
+      predict.max_learning_rate(np.zeros((0, 0), np.float32))
+
+
 if __name__ == '__main__':
   absltest.main()
 

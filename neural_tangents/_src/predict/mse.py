@@ -300,6 +300,12 @@ def max_learning_rate(
     raise ValueError(f'`ntk_train_train` must have shape (N, N) plus pairs of '
                      f'output axes; got {k.shape}. Pass the train-train NTK, '
                      "e.g. `kernel_fn(x_train, None, 'ntk')`.")
+  if k.shape[0] == 0:
+    raise ValueError(f'`ntk_train_train` has no training points (shape '
+                     f'{k.shape}), so no learning rate is the largest stable '
+                     'one. Pass the NTK of at least one training point, e.g. '
+                     "`kernel_fn(x_train, None, 'ntk')` with a non-empty "
+                     '`x_train`.')
   if not 0. <= momentum < 1.:
     raise ValueError(f'`momentum` must be in [0, 1); got momentum={momentum}. '
                      'Pass 0. for plain gradient descent, or e.g. 0.9.')

@@ -176,6 +176,8 @@ def check_diag_reg(diag_reg: Any) -> None:
   if _is_traced(diag_reg):
     return
   try:
+    if isinstance(diag_reg, (str, bytes, bool, np.bool_)):
+      raise TypeError
     value = float(diag_reg)
   except (TypeError, ValueError):
     raise TypeError(f'`diag_reg` must be a number >= 0; got {diag_reg!r}. '
@@ -642,15 +644,18 @@ def check_solver_args(solver: str, tol: float, maxiter: Optional[int],
                      '"cholesky" (default) for kernels that fit in memory, '
                      '"cg" for larger or host/memory-mapped kernels, "eigh" '
                      'for the pseudo-inverse of singular kernels.')
-  if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+  if not (isinstance(tol, (int, float, np.integer, np.floating)) and
+          not isinstance(tol, (bool, np.bool_)) and 0 < tol < 1):
     raise ValueError(f'`tol` must be a float in (0, 1); got {tol!r}. Pass '
                      'e.g. tol=1e-5 (the relative residual to reach).')
   if maxiter is not None and (not isinstance(maxiter, (int, np.integer))
+                              or isinstance(maxiter, (bool, np.bool_))
                               or maxiter < 1):
     raise ValueError(f'`maxiter` must be a positive int or None; got '
                      f'{maxiter!r}. Pass e.g. maxiter=1000, or None for 10 '
                      'times the number of rows.')
-  if not isinstance(rank, (int, np.integer)) or rank < 0:
+  if (not isinstance(rank, (int, np.integer)) or
+      isinstance(rank, (bool, np.bool_)) or rank < 0):
     raise ValueError(f'`preconditioner_rank` must be an int >= 0; got '
                      f'{rank!r}. Pass e.g. 100, or 0 for no preconditioner.')
 

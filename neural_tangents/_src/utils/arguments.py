@@ -325,11 +325,16 @@ def _is_inexact(value: Any) -> bool:
   return dtype is not None and np.issubdtype(dtype, np.inexact)
 
 
+# Annotations of layer arguments that take one number.
+_SCALAR_ANNOTATIONS = (float, Optional[float], 'float', 'Optional[float]')
+
+
 def finite_hyperparameters(layer_name: str, bound: Any) -> None:
   """Raises a `ValueError` naming the first argument of `bound` (an
   `inspect.BoundArguments` of a layer constructor) that is a NaN or infinite
   float, or a float sequence or array holding one: a kernel computed from it
-  would be NaN, or worse, finite and wrong.
+  would be NaN, or worse, finite and wrong. An argument annotated `float`
+  given an array raises a `TypeError`.
 
   Example:
     >>> import inspect
@@ -340,7 +345,14 @@ def finite_hyperparameters(layer_name: str, bound: Any) -> None:
     ...
     ValueError: `W_std` of `Dense` must be finite; got nan, which would make the kernel NaN or wrong. Pass finite values, e.g. the default W_std=1.0.
   """
+  parameters = bound.signature.parameters
   for name, value in bound.arguments.items():
+    if parameters[name].annotation in _SCALAR_ANNOTATIONS and (
+        value is not None and np.ndim(value) != 0):
+      raise TypeError(
+          f'`{name}` of `{layer_name}` must be a scalar; got an array of '
+          f'shape {np.shape(value)}. Pass one number, e.g. {name}=1.5 (a '
+          'layer has one such hyperparameter for all its units).')
     if _non_finite(value) is None:
       continue
     default = bound.signature.parameters[name].default
@@ -431,6 +443,11 @@ def input_shape(shape: Any, name: str = 'input_shape') -> Any:
       elif (isinstance(d, (bool, np.bool_)) or
             not isinstance(d, (int, np.integer))):
         raise bad(f'the entry {d!r} is not an int')
+      elif d < -1:
+        raise ValueError(
+            f'`{name}` must be a tuple of sizes >= 0 (or -1 for an unknown '
+            f'size); got {shape!r}, with the entry {d!r}. Pass e.g. '
+            '`x.shape`.')
   check(shape)
   return shape
 
