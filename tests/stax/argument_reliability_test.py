@@ -133,5 +133,41 @@ class NumpyMaskedArrayTest(test_utils.NeuralTangentsTestCase):
                        1e-3)
 
 
+class StructureChecksTest(test_utils.NeuralTangentsTestCase):
+  """Structure that used to be accepted silently (issue 29 item 8)."""
+
+  def test_parallel_kernel_fn_refuses_extra_inputs(self):
+    x = np.ones((3, 4), np.float32)
+    _, _, kernel_fn = stax.parallel(stax.Dense(2), stax.Dense(3))
+    with self.assertRaisesRegex(ValueError, r'takes 2 inputs .*`x1` is a list '
+                                'of 3 arrays'):
+      kernel_fn([x, x, x], None, 'ntk')
+    self.assertLen(kernel_fn([x, x], None, 'ntk'), 2)
+
+  def test_params_of_another_network_are_refused(self):
+    x = np.ones((6, 4), np.float32)
+    _, apply_fn, _ = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(1))
+    init3, _, _ = stax.serial(stax.Dense(3), stax.Relu(), stax.Dense(2))
+    _, params3 = init3(jax.random.PRNGKey(0), x.shape)
+    with self.assertRaisesRegex(ValueError, r'params of `Dense\(8\)` must be '
+                                r'.*got `W` of shape \(4, 3\)'):
+      apply_fn(params3, x)
+
+  def test_sparse_aggregate_edges_beyond_the_nodes(self):
+    x = np.ones((3, 2, 4), np.float32)
+    _, _, kernel_fn = stax.Aggregate(implementation='SPARSE')
+    edges = np.full((3, 2, 2), 9, np.int32)
+    with self.assertRaisesRegex(ValueError, r'`pattern\[0\]` has an edge '
+                                r'\[9, 9\] .*beyond the \(2,\) nodes'):
+      kernel_fn(x, None, 'nngp', pattern=(edges, None))
+    padded = np.array([[[0, 1], [-1, -1]]] * 3, np.int32)
+    kernel_fn(x, None, 'nngp', pattern=(padded, None))  # -1 pads.
+
+  def test_repeat_params_to_serial_negative_depth(self):
+    with self.assertRaisesRegex(ValueError, r'`n` must be an int >= 0 .*got '
+                                '-1'):
+      stax.repeat_params_to_serial([], -1)
+
+
 if __name__ == '__main__':
   absltest.main()

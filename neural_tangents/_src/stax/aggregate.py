@@ -116,6 +116,21 @@ def _sparse_edges(pattern: Array, n: int, node_shape: tuple[int, ...],
         'receiver) node indices, padded with -1.')
   if n_axes == 1:
     pattern = pattern[..., None]
+  if not isinstance(pattern, jax.core.Tracer):
+    # Edges to or from a node that does not exist would be dropped silently
+    # (`segment_sum` ignores out-of-range indices); -1 pads.
+    values = np.asarray(pattern)
+    padded = np.any(values < 0, axis=(-2, -1))
+    too_big = (values >= np.asarray(node_shape)) & ~padded[..., None, None]
+    if np.any(too_big):
+      edge = tuple(int(i) for i in np.argwhere(too_big)[0][:2])
+      nodes = values[edge].tolist()
+      if n_axes == 1:
+        nodes = [node[0] for node in nodes]
+      raise ValueError(
+          f'`{name}` has an edge {nodes} (example {edge[0]}, edge {edge[1]}) '
+          f'to or from a node beyond the {node_shape} nodes of the inputs. '
+          f'Pass node indices below {node_shape}, padded with -1.')
   valid = jnp.all(pattern >= 0, axis=(-2, -1))
   v = math.prod(node_shape)
   strides = np.cumprod((1,) + node_shape[::-1][:-1])[::-1]

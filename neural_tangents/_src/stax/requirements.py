@@ -220,6 +220,14 @@ def _broadcast_allowed(allowed: Any, x1: Any) -> Any:
   if isinstance(x1, (list, tuple)):
     if isinstance(allowed, Allowed):
       allowed = [allowed] * len(x1)
+    elif len(allowed) != len(x1):
+      # `zip` would silently drop the extra inputs.
+      raise ValueError(
+          f'The network takes {len(allowed)} inputs (e.g. a `parallel` of '
+          f'{len(allowed)} layers), but `x1` is a {type(x1).__name__} of '
+          f'{len(x1)} arrays. Pass one array per input (the same number in '
+          '`x2`), or `FanOut(n)` before `parallel` to feed one input to n '
+          'layers.')
     return type(x1)(_broadcast_allowed(a, x) for a, x in zip(allowed, x1))
   return conjunction(allowed)
 
