@@ -108,6 +108,68 @@ class SolverArgumentsTest(test_utils.NeuralTangentsTestCase):
       predict.max_learning_rate(np.zeros((0, 0), np.float32))
 
 
+class KernelRowsTest(test_utils.NeuralTangentsTestCase):
+  """`KernelRows` in `gradient_descent_mse` and its validation (item 10)."""
+
+  def _problem(self):
+    x = np.random.RandomState(0).randn(6, 3)
+    k = x @ x.T + np.eye(6)
+    y = np.random.RandomState(1).randn(6, 1)
+    k_test = np.random.RandomState(2).randn(2, 3) @ x.T
+    return k, y, k_test
+
+  def test_gradient_descent_mse_infinite_time_by_cg(self):
+    k, y, k_test = self._problem()
+    rows = predict.KernelRows(lambda a, b: k[a:b], 6, block_rows=4)
+    predict_fn = predict.gradient_descent_mse(rows, y, solver='cg',
+                                              diag_reg=0., tol=1e-8)
+    fx_train, fx_test = predict_fn(None, 0., 0., k_test)
+    self.assertAllClose(fx_train, y, rtol=1e-5, atol=1e-5)
+    self.assertAllClose(fx_test, k_test @ np.linalg.solve(k, y), rtol=1e-4,
+                        atol=1e-4)
+
+  def test_finite_time_says_the_kernel_must_be_in_memory(self):
+    k, y, k_test = self._problem()
+    rows = predict.KernelRows(lambda a, b: k[a:b], 6)
+    predict_fn = predict.gradient_descent_mse(rows, y, solver='cg')
+    with self.assertRaisesRegex(ValueError, r'finite `t` \(got t=1\.0\) need '
+                                r'the eigendecomposition .*in memory'):
+      predict_fn(1., 0., 0., k_test)
+
+  def test_other_solvers_refused(self):
+    k, y, _ = self._problem()
+    rows = predict.KernelRows(lambda a, b: k[a:b], 6)
+    with self.assertRaisesRegex(ValueError, r'only `solver="cg"` can use; got '
+                                "solver='cholesky'"):
+      predict.gradient_descent_mse(rows, y)
+
+  def test_diagonal_length(self):
+    k, _, _ = self._problem()
+    with self.assertRaisesRegex(ValueError, r'`diagonal` must have shape '
+                                r'\(6,\).*got shape \(5,\)'):
+      predict.KernelRows(lambda a, b: k[a:b], 6, diagonal=np.ones(5))
+
+  def test_block_rows(self):
+    k, _, _ = self._problem()
+    for block_rows in (0, -2, 1.5, True):
+      with self.assertRaisesRegex(ValueError, '`block_rows` must be an int '
+                                  '>= 1'):
+        predict.KernelRows(lambda a, b: k[a:b], 6, block_rows=block_rows)
+
+  def test_rows_of_the_wrong_shape(self):
+    k, y, k_test = self._problem()
+    # `n` smaller than the kernel: rows are wider than `n`.
+    rows = predict.KernelRows(lambda a, b: k[a:b], 5)
+    with self.assertRaisesRegex(ValueError, r'`rows_fn\(0, 5\)` of a '
+                                r'`KernelRows` with n=5 .*shape \(5, 5\); got '
+                                r'shape \(5, 6\)'):
+      predict.gp_inference(rows, y[:5], solver='cg')('nngp', k_test[:, :5])
+    # `n` larger than the kernel: fewer rows than asked for.
+    rows = predict.KernelRows(lambda a, b: k[a:b], 7)
+    with self.assertRaisesRegex(ValueError, r'must return rows'):
+      rows.rows(0, 7)
+
+
 if __name__ == '__main__':
   absltest.main()
 

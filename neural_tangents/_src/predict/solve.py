@@ -113,6 +113,16 @@ class KernelRows:
     if not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f'`n` must be a positive int; got {n!r}. Pass the '
                        'number of rows (and columns) of the kernel.')
+    if (not isinstance(block_rows, (int, np.integer)) or
+        isinstance(block_rows, (bool, np.bool_)) or block_rows < 1):
+      raise ValueError(f'`block_rows` must be an int >= 1; got '
+                       f'{block_rows!r}. Pass the rows per call of `rows_fn`, '
+                       'e.g. block_rows=1024.')
+    if diagonal is not None and np.shape(diagonal) != (n,):
+      raise ValueError(f'`diagonal` must have shape ({n},) (one entry per row '
+                       f'of the kernel, `n`={n}); got shape '
+                       f'{np.shape(diagonal)}. Pass the kernel\'s diagonal, or '
+                       'None to compute it from row blocks.')
     self.rows_fn = rows_fn
     self.shape = (int(n), int(n))
     self.ndim = 2
@@ -121,7 +131,16 @@ class KernelRows:
     self.dtype = np.dtype(dtype)
 
   def rows(self, start: int, stop: int) -> np.ndarray:
-    return np.asarray(self.rows_fn(start, stop))
+    rows = np.asarray(self.rows_fn(start, stop))
+    if rows.shape != (stop - start, self.shape[0]):
+      raise ValueError(
+          f'`rows_fn({start}, {stop})` of a `KernelRows` with n={self.shape[0]} '
+          f'must return rows {start}:{stop} of the kernel, of shape '
+          f'({stop - start}, {self.shape[0]}); got shape {rows.shape}. Check '
+          '`n` (the number of training points) and that `rows_fn` returns '
+          'the rows against all of them, e.g. `lambda a, b: '
+          "kernel_fn(x[a:b], x, 'nngp')`.")
+    return rows
 
   def diagonal(self) -> np.ndarray:
     if self._diagonal is None:
