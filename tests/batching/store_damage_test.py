@@ -112,5 +112,60 @@ class StoreDamageTest(test_utils.NeuralTangentsTestCase):
         self._reread()
 
 
+# Module-level values read by `_global_kernel_fn` (issue 29 item 2).
+W = np.eye(4, dtype=np.float32)
+SCALE = 1.
+
+
+def _project(x):
+  return None if x is None else x @ W
+
+
+def _global_kernel_fn(x1, x2, get):
+  return _kernel_fn()(_project(x1), _project(x2), get) * SCALE
+
+
+@test_utils.needs_zarr
+class StoreGlobalsTest(test_utils.NeuralTangentsTestCase):
+  """A kernel function reading changed globals is never served stale."""
+
+  def setUp(self):
+    super().setUp()
+    temporary = tempfile.TemporaryDirectory()
+    self.addCleanup(temporary.cleanup)
+    self.path = os.path.join(temporary.name, 'k.zarr')
+    self.x = np.random.default_rng(0).standard_normal((6, 4)).astype(
+        np.float32)
+    self.addCleanup(self._restore, W.copy(), SCALE)
+
+  def _restore(self, w, scale):
+    global SCALE
+    W[...] = w
+    SCALE = scale
+
+  def _batched(self):
+    return nt.batch(_global_kernel_fn, 2, store_on_device=False,
+                    store=self.path)
+
+  def test_unchanged_globals_are_read_back(self):
+    self._batched()(self.x, None, 'ntk')
+    batched = self._batched()
+    batched(self.x, None, 'ntk')
+    self.assertEqual(batched.block_counts['computed'], 0)
+
+  def test_array_changed_in_place_is_refused(self):
+    self._batched()(self.x, None, 'ntk')
+    W[...] *= 3  # Read by `_project`, a global function `kernel_fn` reads.
+    with self.assertRaisesRegex(ValueError, 'holds a kernel of other'):
+      self._batched()(self.x, None, 'ntk')
+
+  def test_rebound_scalar_is_refused(self):
+    global SCALE
+    self._batched()(self.x, None, 'ntk')
+    SCALE = 2.
+    with self.assertRaisesRegex(ValueError, 'holds a kernel of other'):
+      self._batched()(self.x, None, 'ntk')
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -92,6 +92,43 @@ def _describe(value: Any, depth: int, seen: set[int]) -> Any:
   return type(value).__qualname__
 
 
+# Functions of these packages are versioned code: the module-level values
+# their code reads (tables, caches) are not part of what a user's kernel is.
+_LIBRARY_PREFIXES = ('neural_tangents', 'jax', 'jaxlib', 'numpy', 'scipy',
+                     'functools', 'builtins', 'zarr', 'absl')
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+  """The global (and attribute) names `code` and the functions, lambdas and
+  comprehensions defined in it name."""
+  names = set(code.co_names)
+  for const in code.co_consts:
+    if isinstance(const, types.CodeType):
+      names |= _names_read(const)
+  return names
+
+
+def _describe_globals(fn: Callable[..., Any], code: types.CodeType,
+                      depth: int, seen: set[int]) -> Any:
+  """The module-level values `fn`'s code reads: arrays (their bytes),
+  numbers, strings, containers of them and functions (recursively), so that
+  `W *= 3` on a global `W` between two calls changes the fingerprint.
+  Modules and classes are left out, as are the globals of library code."""
+  module = getattr(fn, '__module__', None) or ''
+  if module.split('.')[0] in _LIBRARY_PREFIXES:
+    return []
+  namespace = getattr(fn, '__globals__', None) or {}
+  out = []
+  for name in sorted(_names_read(code)):
+    if name not in namespace:
+      continue
+    value = namespace[name]
+    if isinstance(value, (types.ModuleType, type)):
+      continue
+    out.append([name, _describe(value, depth, seen)])
+  return out
+
+
 def _describe_function(fn: Callable[..., Any], depth: int,
                        seen: set[int]) -> Any:
   out = [getattr(fn, '__module__', None) or '',
@@ -102,6 +139,7 @@ def _describe_function(fn: Callable[..., Any], depth: int,
               if isinstance(c, (bool, int, float, str, type(None)))]
     out.append(hashlib.sha256(code.co_code + repr(consts).encode()
                               ).hexdigest())
+    out.append(_describe_globals(fn, code, depth, seen))
   for cell in getattr(fn, '__closure__', None) or ():
     try:
       out.append(_describe(cell.cell_contents, depth, seen))
@@ -124,7 +162,9 @@ def fingerprint_of(kernel_fn: Callable[..., Any], inputs: Any, args: tuple,
   Covers the inputs' shapes, dtypes and bytes, the other arguments (static
   values and the bytes of arrays), the batch size and the kernel function:
   its code and the constants and functions it closes over, recursively (so
-  `Dense(8, W_std=1.)` and `Dense(8, W_std=2.)` differ).
+  `Dense(8, W_std=1.)` and `Dense(8, W_std=2.)` differ), and the
+  module-level arrays, numbers and functions the code of user functions
+  reads (so a global `W` changed in place changes it too).
 
   Args:
     kernel_fn: the kernel function.
