@@ -144,6 +144,14 @@ def monte_carlo_kernel_fn(
   if not batching.is_array(key):
     raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
                     '. Pass e.g. `jax.random.PRNGKey(0)`.')
+  # One key: the samples' keys are split from it (a batch of keys is not).
+  key = arguments.prng_key(key, 'key')
+  arguments.callable_arg(
+      init_fn, 'init_fn', 'Pass the `init_fn(key, input_shape)` of a network, '
+      'e.g. the first of `stax.serial(...)`.')
+  arguments.callable_arg(
+      apply_fn, 'apply_fn', 'Pass the `apply_fn(params, x)` of a network, '
+      'e.g. the second of `stax.serial(...)`.')
   batching.check_batch_size(batch_size)
   if progress:
     batching.progress_bar_class()

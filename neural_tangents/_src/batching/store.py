@@ -8,9 +8,14 @@ A store is a directory holding
 * `fingerprint.json`: what the kernel is of (shapes, dtypes and a SHA-256 of
   the inputs, the arguments, the batch size and the kernel function's code
   and constants); a call whose fingerprint differs is refused;
-* `complete/<i>_<j>`: one empty file per finished block `(i, j)`, created
+* `complete/<i>_<j>`: one record per finished block `(i, j)`, created
   (atomically, by rename) only after the block's chunk files of every leaf
-  are written and flushed to disk (`fsync`).
+  are written and flushed to disk (`fsync`). It holds the SHA-256 of each of
+  those chunk files, verified when the store is opened: a block whose chunk
+  is damaged (overwritten, truncated) or missing is recomputed with a
+  `RuntimeWarning` naming it (or, in a read-only store, refused with a
+  `ValueError` naming it), never served as the kernel. A block without a
+  record is simply computed again.
 
 A process killed at any point therefore loses at most the blocks in flight,
 and a block is never marked complete with wrong data: a chunk written without
@@ -32,6 +37,7 @@ import json
 import os
 import types
 from typing import Any, Callable, Iterable, Optional
+import warnings
 
 import jax
 import numpy as np
@@ -86,6 +92,43 @@ def _describe(value: Any, depth: int, seen: set[int]) -> Any:
   return type(value).__qualname__
 
 
+# Functions of these packages are versioned code: the module-level values
+# their code reads (tables, caches) are not part of what a user's kernel is.
+_LIBRARY_PREFIXES = ('neural_tangents', 'jax', 'jaxlib', 'numpy', 'scipy',
+                     'functools', 'builtins', 'zarr', 'absl')
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+  """The global (and attribute) names `code` and the functions, lambdas and
+  comprehensions defined in it name."""
+  names = set(code.co_names)
+  for const in code.co_consts:
+    if isinstance(const, types.CodeType):
+      names |= _names_read(const)
+  return names
+
+
+def _describe_globals(fn: Callable[..., Any], code: types.CodeType,
+                      depth: int, seen: set[int]) -> Any:
+  """The module-level values `fn`'s code reads: arrays (their bytes),
+  numbers, strings, containers of them and functions (recursively), so that
+  `W *= 3` on a global `W` between two calls changes the fingerprint.
+  Modules and classes are left out, as are the globals of library code."""
+  module = getattr(fn, '__module__', None) or ''
+  if module.split('.')[0] in _LIBRARY_PREFIXES:
+    return []
+  namespace = getattr(fn, '__globals__', None) or {}
+  out = []
+  for name in sorted(_names_read(code)):
+    if name not in namespace:
+      continue
+    value = namespace[name]
+    if isinstance(value, (types.ModuleType, type)):
+      continue
+    out.append([name, _describe(value, depth, seen)])
+  return out
+
+
 def _describe_function(fn: Callable[..., Any], depth: int,
                        seen: set[int]) -> Any:
   out = [getattr(fn, '__module__', None) or '',
@@ -96,6 +139,7 @@ def _describe_function(fn: Callable[..., Any], depth: int,
               if isinstance(c, (bool, int, float, str, type(None)))]
     out.append(hashlib.sha256(code.co_code + repr(consts).encode()
                               ).hexdigest())
+    out.append(_describe_globals(fn, code, depth, seen))
   for cell in getattr(fn, '__closure__', None) or ():
     try:
       out.append(_describe(cell.cell_contents, depth, seen))
@@ -118,7 +162,9 @@ def fingerprint_of(kernel_fn: Callable[..., Any], inputs: Any, args: tuple,
   Covers the inputs' shapes, dtypes and bytes, the other arguments (static
   values and the bytes of arrays), the batch size and the kernel function:
   its code and the constants and functions it closes over, recursively (so
-  `Dense(8, W_std=1.)` and `Dense(8, W_std=2.)` differ).
+  `Dense(8, W_std=1.)` and `Dense(8, W_std=2.)` differ), and the
+  module-level arrays, numbers and functions the code of user functions
+  reads (so a global `W` changed in place changes it too).
 
   Args:
     kernel_fn: the kernel function.
@@ -218,13 +264,50 @@ class Store:
           'recompute.')
 
   def completed(self) -> set[tuple[int, int]]:
-    """The blocks `(i, j)` recorded as complete."""
+    """The blocks `(i, j)` recorded as complete whose chunk files match the
+    checksums of their record; the others are dropped (see `_damage`)."""
     out = set()
     for name in os.listdir(os.path.join(self.path, _COMPLETE)):
       parts = name.split('_')
       if len(parts) == 2 and all(p.isdigit() for p in parts):
-        out.add((int(parts[0]), int(parts[1])))
+        block = (int(parts[0]), int(parts[1]))
+        if self._verified(block, os.path.join(self.path, _COMPLETE, name)):
+          out.add(block)
     return out
+
+  def _verified(self, block: tuple[int, int], record: str) -> bool:
+    """Whether every chunk file of `block` has the checksum of its record;
+    if not, warns and forgets the block (or raises if read-only)."""
+    try:
+      with open(record) as f:
+        chunks = json.load(f)['chunks']
+    except FileNotFoundError:  # Forgotten by another process meanwhile.
+      return False
+    except (OSError, ValueError, KeyError, TypeError):
+      self._damage(block, record, 'its record has no readable checksums')
+      return False
+    for chunk, expected in sorted(chunks.items()):
+      found = _file_checksum(os.path.join(self.path, chunk))
+      if found != expected:
+        why = ('the chunk file is missing' if found is None else
+               'the chunk file does not match its checksum')
+        self._damage(block, record, f'{why} ({chunk})')
+        return False
+    return True
+
+  def _damage(self, block: tuple[int, int], record: str, why: str) -> None:
+    if not os.access(os.path.dirname(record), os.W_OK):
+      raise ValueError(
+          f'Block {block} of `store={self.path!r}` is damaged: {why}, and the '
+          'store is read-only, so it cannot be recomputed. Make the store '
+          'writable to recompute the block, or pass another directory.')
+    warnings.warn(
+        f'Block {block} of `store={self.path!r}` is damaged: {why}. It is '
+        'computed again.', RuntimeWarning, stacklevel=2)
+    try:
+      os.remove(record)
+    except FileNotFoundError:
+      pass
 
   # --- arrays ---------------------------------------------------------------
 
@@ -247,13 +330,29 @@ class Store:
 
   def mark_complete(self, task: Task,
                     chunks: Iterable[tuple[str, tuple[int, ...]]]) -> None:
-    """Flushes `chunks` (`(leaf name, chunk coordinates)`), records `task`."""
+    """Flushes `chunks` (`(leaf name, chunk coordinates)`), records `task`
+    with their checksums (`None` for a chunk not written: all fill value)."""
+    checksums = {}
     for name, coords in chunks:
       name = _leaf_directory(name)
       key = self.arrays[name].metadata.encode_chunk_key(tuple(coords))
-      _fsync_file(os.path.join(self.path, name, key))
-    _atomic_create(os.path.join(self.path, _COMPLETE,
-                                f'{task.i}_{task.j}'), '')
+      path = os.path.join(self.path, name, key)
+      _fsync_file(path)
+      checksums[os.path.relpath(path, self.path)] = _file_checksum(path)
+    _atomic_create(os.path.join(self.path, _COMPLETE, f'{task.i}_{task.j}'),
+                   json.dumps({'chunks': checksums}))
+
+
+def _file_checksum(path: str) -> Optional[str]:
+  """SHA-256 of the file at `path`, or None if there is none."""
+  digest = hashlib.sha256()
+  try:
+    with open(path, 'rb') as f:
+      for piece in iter(lambda: f.read(1 << 20), b''):
+        digest.update(piece)
+  except FileNotFoundError:
+    return None
+  return digest.hexdigest()
 
 
 def _leaf_directory(path: str) -> str:

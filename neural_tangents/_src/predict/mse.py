@@ -21,6 +21,7 @@ from neural_tangents._src.predict.layout import check_kernel
 from neural_tangents._src.predict.layout import checked_train_kernel
 from neural_tangents._src.predict.layout import kernel_to_matrix
 from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
 from neural_tangents._src.utils.typing import Axes
@@ -122,14 +123,29 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
-  y_train, k_train_train, layout = checked_train_kernel(
-      k_train_train, y_train, trace_axes)
+  rows = isinstance(k_train_train, solve.KernelRows)
+  if rows:
+    # Row blocks, never held whole: only CG at infinite time can use them.
+    if solver != 'cg':
+      raise ValueError(
+          '`k_train_train` is given by row blocks (`KernelRows`), which only '
+          f'`solver="cg"` can use; got solver={solver!r}. Pass solver="cg" '
+          '(and predict at t=None), or the kernel as an array.')
+    y_train = jnp.asarray(y_train)
+    layout = output_layout(y_train, trace_axes)
+    check_kernel(k_train_train, 'k_train_train', y_train, layout, trace_axes,
+                 square=True)
+  else:
+    y_train, k_train_train, layout = checked_train_kernel(
+        k_train_train, y_train, trace_axes)
   solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
   solve.check_diag_reg(diag_reg)
   out_dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   # LAPACK has no half precision: solve in float32, return `out_dtype`.
   dtype = solve.compute_dtype(out_dtype)
-  if isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2:
+  if rows:
+    k = k_train_train
+  elif isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2:
     # On the host, already a matrix: no copy.
     k = k_train_train.astype(dtype, copy=False)
   else:
@@ -187,6 +203,12 @@ def gradient_descent_mse(
     if t is None and solver != 'eigh':
       return _infinite_time(factor(solver), residual, fx_train_0,
                             fx_test_0, k_test_train)
+    if rows:
+      raise ValueError(
+          f'Predictions at finite `t` (got t={t!r}) need the '
+          'eigendecomposition of `k_train_train`, which needs the kernel in '
+          'memory, but it is given by row blocks (`KernelRows`). Predict at '
+          't=None (with solver="cg"), or pass the kernel as an array.')
     eig = factor('eigh').eig
     residual_eigen = eig.evecs.T @ residual
 
@@ -300,6 +322,12 @@ def max_learning_rate(
     raise ValueError(f'`ntk_train_train` must have shape (N, N) plus pairs of '
                      f'output axes; got {k.shape}. Pass the train-train NTK, '
                      "e.g. `kernel_fn(x_train, None, 'ntk')`.")
+  if k.shape[0] == 0:
+    raise ValueError(f'`ntk_train_train` has no training points (shape '
+                     f'{k.shape}), so no learning rate is the largest stable '
+                     'one. Pass the NTK of at least one training point, e.g. '
+                     "`kernel_fn(x_train, None, 'ntk')` with a non-empty "
+                     '`x_train`.')
   if not 0. <= momentum < 1.:
     raise ValueError(f'`momentum` must be in [0, 1); got momentum={momentum}. '
                      'Pass 0. for plain gradient descent, or e.g. 0.9.')

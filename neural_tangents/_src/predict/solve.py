@@ -113,6 +113,16 @@ class KernelRows:
     if not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f'`n` must be a positive int; got {n!r}. Pass the '
                        'number of rows (and columns) of the kernel.')
+    if (not isinstance(block_rows, (int, np.integer)) or
+        isinstance(block_rows, (bool, np.bool_)) or block_rows < 1):
+      raise ValueError(f'`block_rows` must be an int >= 1; got '
+                       f'{block_rows!r}. Pass the rows per call of `rows_fn`, '
+                       'e.g. block_rows=1024.')
+    if diagonal is not None and np.shape(diagonal) != (n,):
+      raise ValueError(f'`diagonal` must have shape ({n},) (one entry per row '
+                       f'of the kernel, `n`={n}); got shape '
+                       f'{np.shape(diagonal)}. Pass the kernel\'s diagonal, or '
+                       'None to compute it from row blocks.')
     self.rows_fn = rows_fn
     self.shape = (int(n), int(n))
     self.ndim = 2
@@ -121,7 +131,16 @@ class KernelRows:
     self.dtype = np.dtype(dtype)
 
   def rows(self, start: int, stop: int) -> np.ndarray:
-    return np.asarray(self.rows_fn(start, stop))
+    rows = np.asarray(self.rows_fn(start, stop))
+    if rows.shape != (stop - start, self.shape[0]):
+      raise ValueError(
+          f'`rows_fn({start}, {stop})` of a `KernelRows` with n={self.shape[0]} '
+          f'must return rows {start}:{stop} of the kernel, of shape '
+          f'({stop - start}, {self.shape[0]}); got shape {rows.shape}. Check '
+          '`n` (the number of training points) and that `rows_fn` returns '
+          'the rows against all of them, e.g. `lambda a, b: '
+          "kernel_fn(x[a:b], x, 'nngp')`.")
+    return rows
 
   def diagonal(self) -> np.ndarray:
     if self._diagonal is None:
@@ -152,8 +171,12 @@ def all_on_host(*arrays: Any) -> bool:
 
 
 def compute_dtype(dtype: Any) -> np.dtype:
-  """Half precision is solved in float32 (LAPACK has no float16)."""
+  """Half precision is solved in float32 (LAPACK has no float16); integer and
+  boolean kernels in JAX's default float (float32, or float64 under x64), as
+  `jnp` arithmetic would promote them."""
   dtype = np.dtype(dtype)
+  if not np.issubdtype(dtype, np.inexact):
+    return np.dtype(jnp.result_type(float))
   if dtype.itemsize < 4:
     return np.dtype(np.float32)
   return dtype
@@ -172,6 +195,8 @@ def check_diag_reg(diag_reg: Any) -> None:
   if _is_traced(diag_reg):
     return
   try:
+    if isinstance(diag_reg, (str, bytes, bool, np.bool_)):
+      raise TypeError
     value = float(diag_reg)
   except (TypeError, ValueError):
     raise TypeError(f'`diag_reg` must be a number >= 0; got {diag_reg!r}. '
@@ -376,8 +401,10 @@ def _jit_cholesky(k: Array, reg: Array) -> Array:
 def _row_block(k: Any, n: int) -> int:
   if isinstance(k, KernelRows):
     return k.block_rows
-  # float64 rows, at most an eighth of the kernel at a time.
-  return max(1, min(BLOCK_BYTES // (8 * n), -(-n // 8)))
+  # float64 rows, at most an eighth of the kernel at a time (a kernel may be
+  # rectangular, e.g. test-train, or have no rows or columns).
+  columns = max(1, k.shape[-1])
+  return max(1, min(BLOCK_BYTES // (8 * columns), -(-n // 8)))
 
 
 def _rows(k: Any, start: int, stop: int) -> np.ndarray:
@@ -459,25 +486,96 @@ def pivoted_cholesky_preconditioner(k: Any, reg: float, rank: int
   return _PivotedCholesky(low_rank, shift, inner)
 
 
+# Steps of the Lanczos iteration that estimates the extreme eigenvalues of an
+# indefinite `K + r I` for the error message (exact when `n` is at most this).
+LANCZOS_STEPS = 64
+
+
+def lanczos_extremes(matmul: Callable[[np.ndarray], np.ndarray],
+                     start: np.ndarray, steps: int) -> tuple[float, float]:
+  """Smallest and largest Ritz values of a symmetric operator after `steps`
+  Lanczos steps from `start` (full reorthogonalization, float64).
+
+  The smallest is an upper bound on the smallest eigenvalue, the largest a
+  lower bound on the largest; both are exact once the Krylov space is
+  invariant (at the latest after `n` steps).
+  """
+  n = start.shape[0]
+  basis = np.zeros((n, min(steps, n)))
+  alphas, betas = [], []
+  v = start / np.linalg.norm(start)
+  for j in range(basis.shape[1]):
+    basis[:, j] = v
+    w = matmul(v[:, None])[:, 0]
+    alphas.append(float(v @ w))
+    w -= basis[:, :j + 1] @ (basis[:, :j + 1].T @ w)
+    w -= basis[:, :j + 1] @ (basis[:, :j + 1].T @ w)
+    beta = float(np.linalg.norm(w))
+    if beta <= 1e-12 * max(abs(a) for a in alphas) or j + 1 == basis.shape[1]:
+      break
+    betas.append(beta)
+    v = w / beta
+  ritz = scipy.linalg.eigvalsh_tridiagonal(np.array(alphas),
+                                           np.array(betas[:len(alphas) - 1]))
+  return float(ritz[0]), float(ritz[-1])
+
+
 class CGSolver:
   """`(K + r I)^{-1} b` by preconditioned conjugate gradients.
 
   All columns of `b` are iterated together (one block product with `K` per
   iteration); a solve stops when every column has a relative residual
   `<= tol`, or after `maxiter` iterations with a `RuntimeWarning`.
+
+  `K + r I` must be positive semi-definite, as for Cholesky: a diagonal
+  entry or a search direction of negative curvature (`p^T (K + r I) p <
+  -c |p|^2`, `c` the round-off level of `eigh_psd`) proves it is not, and
+  raises the `ValueError` of `not_psd_error`, its eigenvalues estimated by
+  Lanczos from that direction. `diag_reg`, `scale` and `absolute` only word
+  that message (as for `eigh_psd`).
   """
 
   def __init__(self, k: Any, reg: float, tol: float, maxiter: Optional[int],
-               rank: int, name: str = 'k_train_train'):
+               rank: int, name: str = 'k_train_train', diag_reg: float = 0.,
+               scale: float = 1., absolute: bool = True):
     self.k = host_view(k)
     self.reg = float(reg)
     self.tol = float(tol)
     self.maxiter = maxiter
     self.name = name
-    self.precondition = (pivoted_cholesky_preconditioner(k, reg, rank)
-                         if rank else None)
+    self._wording = (float(diag_reg), float(scale), bool(absolute))
     self.info = SolveInfo('cg', converged=False)
     self.out_dtype = compute_dtype(k.dtype)
+    d = np.asarray(diagonal(self.k), np.float64) + self.reg
+    # Round-off level of `K + r I`: `lambda_max >= max(d)`.
+    self.cutoff = float(_noise_cutoff(d.shape[0], self.out_dtype,
+                                      float(np.max(d))))
+    if float(np.min(d)) < -self.cutoff:
+      start = np.zeros(d.shape[0])
+      start[int(np.argmin(d))] = 1.
+      raise self._not_psd(start)
+    self.precondition = (pivoted_cholesky_preconditioner(k, reg, rank)
+                         if rank else None)
+
+  def _not_psd(self, direction: np.ndarray) -> ValueError:
+    """The error for an indefinite `K + r I`, seen along `direction`."""
+    n = direction.shape[0]
+    # A little of a fixed random vector, so that the Krylov space also
+    # reaches the top of the spectrum when `direction` is an eigenvector.
+    mix = np.random.RandomState(0).randn(n)
+    start = (direction / np.linalg.norm(direction) +
+             1e-2 * mix / np.linalg.norm(mix))
+    lambda_min, lambda_max = lanczos_extremes(self.matmul, start,
+                                              LANCZOS_STEPS)
+    d = np.asarray(diagonal(self.k), np.float64) + self.reg
+    # Diagonal entries are Rayleigh quotients: they bound both extremes.
+    lambda_min = min(lambda_min, float(np.min(d)))
+    lambda_max = max(lambda_max, float(np.max(d)))
+    cutoff = float(_noise_cutoff(n, self.out_dtype, lambda_max))
+    diag_reg, scale, absolute = self._wording
+    return not_psd_error(self.name, lambda_min, lambda_max,
+                         _suggested_diag_reg(lambda_min, cutoff, scale,
+                                             diag_reg, absolute))
 
   def matmul(self, v: np.ndarray) -> np.ndarray:
     return kernel_matmul(self.k, v) + self.reg * v
@@ -513,6 +611,10 @@ class CGSolver:
           break
         q = self.matmul(p)
         pq = np.sum(p * q, axis=0)
+        curvature = pq / np.maximum(np.sum(p * p, axis=0),
+                                    np.finfo(np.float64).tiny)
+        if np.min(curvature) < -self.cutoff:
+          raise self._not_psd(p[:, int(np.argmin(curvature))])
         alpha = np.divide(rz, pq, out=np.zeros_like(rz), where=pq > 0)
         x += alpha * p
         r -= alpha * q
@@ -561,15 +663,18 @@ def check_solver_args(solver: str, tol: float, maxiter: Optional[int],
                      '"cholesky" (default) for kernels that fit in memory, '
                      '"cg" for larger or host/memory-mapped kernels, "eigh" '
                      'for the pseudo-inverse of singular kernels.')
-  if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+  if not (isinstance(tol, (int, float, np.integer, np.floating)) and
+          not isinstance(tol, (bool, np.bool_)) and 0 < tol < 1):
     raise ValueError(f'`tol` must be a float in (0, 1); got {tol!r}. Pass '
                      'e.g. tol=1e-5 (the relative residual to reach).')
   if maxiter is not None and (not isinstance(maxiter, (int, np.integer))
+                              or isinstance(maxiter, (bool, np.bool_))
                               or maxiter < 1):
     raise ValueError(f'`maxiter` must be a positive int or None; got '
                      f'{maxiter!r}. Pass e.g. maxiter=1000, or None for 10 '
                      'times the number of rows.')
-  if not isinstance(rank, (int, np.integer)) or rank < 0:
+  if (not isinstance(rank, (int, np.integer)) or
+      isinstance(rank, (bool, np.bool_)) or rank < 0):
     raise ValueError(f'`preconditioner_rank` must be an int >= 0; got '
                      f'{rank!r}. Pass e.g. 100, or 0 for no preconditioner.')
 
@@ -620,15 +725,17 @@ def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
                      f'only `solver="cg"` can use; got solver={solver!r}. '
                      'Pass solver="cg", or the kernel as an array.')
   reg = regularizer(k, diag_reg, diag_reg_absolute_scale)
-  if solver == 'cg':
-    if _is_traced(k):
-      raise ValueError('`solver="cg"` needs a concrete kernel, not one traced '
-                       'under `jit`; use solver="cholesky" inside `jit`.')
-    return CGSolver(k, float(reg), tol, maxiter, preconditioner_rank, name)
-
-  dtype = compute_dtype(k.dtype)
+  if solver == 'cg' and _is_traced(k):
+    raise ValueError('`solver="cg"` needs a concrete kernel, not one traced '
+                     'under `jit`; use solver="cholesky" inside `jit`.')
   scale = float(np.mean(np.asarray(diagonal(k), np.float64))) if not (
       _is_traced(k)) else 1.
+  if solver == 'cg':
+    return CGSolver(k, float(reg), tol, maxiter, preconditioner_rank, name,
+                    diag_reg=float(diag_reg), scale=scale,
+                    absolute=diag_reg_absolute_scale)
+
+  dtype = compute_dtype(k.dtype)
   if solver == 'cholesky' and not _is_traced(k):
     if _on_host(k):
       factor = _host_cholesky(np.asarray(k), float(reg), dtype)

@@ -116,6 +116,21 @@ def _sparse_edges(pattern: Array, n: int, node_shape: tuple[int, ...],
         'receiver) node indices, padded with -1.')
   if n_axes == 1:
     pattern = pattern[..., None]
+  if not isinstance(pattern, jax.core.Tracer):
+    # Edges to or from a node that does not exist would be dropped silently
+    # (`segment_sum` ignores out-of-range indices); -1 pads.
+    values = np.asarray(pattern)
+    padded = np.any(values < 0, axis=(-2, -1))
+    too_big = (values >= np.asarray(node_shape)) & ~padded[..., None, None]
+    if np.any(too_big):
+      edge = tuple(int(i) for i in np.argwhere(too_big)[0][:2])
+      nodes = values[edge].tolist()
+      if n_axes == 1:
+        nodes = [node[0] for node in nodes]
+      raise ValueError(
+          f'`{name}` has an edge {nodes} (example {edge[0]}, edge {edge[1]}) '
+          f'to or from a node beyond the {node_shape} nodes of the inputs. '
+          f'Pass node indices below {node_shape}, padded with -1.')
   valid = jnp.all(pattern >= 0, axis=(-2, -1))
   v = math.prod(node_shape)
   strides = np.cumprod((1,) + node_shape[::-1][:-1])[::-1]
@@ -134,6 +149,19 @@ def _edges_to_dense(receivers: Array, senders: Array, v: int,
   def one(r, s):
     return jnp.zeros((v + 1, v), dtype).at[r, s].add(1)[:v]
   return jax.vmap(one)(receivers, senders)
+
+
+def _same_pattern(p1: Any, p2: Any) -> bool:
+  """Whether two patterns are the same array (or equal concrete arrays);
+  traced ones cannot be compared and are taken as the same."""
+  if p1 is p2:
+    return True
+  if p1 is None or p2 is None:
+    return False
+  if isinstance(p1, jax.core.Tracer) or isinstance(p2, jax.core.Tracer):
+    return True
+  return (np.shape(p1) == np.shape(p2) and
+          bool(np.array_equal(np.asarray(p1), np.asarray(p2))))
 
 
 @layer
@@ -248,11 +276,11 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
           '`pattern=(p1, p2)`, or `pattern=(p1, None)` when `x2` is None.')
     p1, p2 = pattern
     if k.x1_is_x2:
-      if p2 is not None and p2 is not p1:
+      if p2 is not None and not _same_pattern(p1, p2):
         raise ValueError(
-            '`pattern[1]` must be None (or `pattern[0]`) when `x2` is None: '
-            'the kernel pairs `x1` with itself. Pass `pattern=(p1, None)`, or '
-            'pass `x2` explicitly.')
+            '`pattern[1]` must be None (or equal to `pattern[0]`) when `x2` '
+            'is None: the kernel pairs `x1` with itself, but the two patterns '
+            'differ. Pass `pattern=(p1, None)`, or pass `x2` explicitly.')
       p2 = p1
     if p1 is None and p2 is None:
       return k

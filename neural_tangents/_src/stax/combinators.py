@@ -292,6 +292,11 @@ def repeat_params_to_serial(params: Any, n: int) -> list[Any]:
   Returns:
     The list of per-layer params.
   """
+  if (not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_))
+      or n < 0):
+    raise ValueError(f'`n` must be an int >= 0 (the depth of `repeat(layer, '
+                     f'n)`); got {n!r}. Pass the `n` of the `repeat` whose '
+                     '`init_fn` made these params.')
   if n == 0:
     return []
   stacked = params.rest if isinstance(params, RepeatParams) else params

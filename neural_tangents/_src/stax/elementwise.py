@@ -283,6 +283,14 @@ def sign_kernel_map(q1, q2, c, compute_dot):
   return nngp, dot
 
 
+def _snapped_square(value: float, shift: float) -> float:
+  """`value**2` for `value` the sine or cosine of `shift`, with float64
+  round-off of `shift` (e.g. `pi / 2` for `Cos`) snapped to an exact 0."""
+  if abs(value) <= 4 * np.finfo(np.float64).eps * max(1., abs(shift)):
+    return 0.
+  return value**2
+
+
 def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
   """Kernel map of `a sin(b x + shift)`.
 
@@ -294,13 +302,27 @@ def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
     E[phi'(u) phi'(v)] = a^2 b^2 / 2 (exp(-b^2 (q1 + q2 - 2c) / 2)
                                   + cos(2 shift) exp(-b^2 (q1 + q2 + 2c) / 2))
 
-  Both exponents are `<= 0` (`|c| <= (q1 + q2) / 2`), so nothing overflows.
+  The difference of exponentials cancels for small inputs (all of it below
+  `b^2 c ~ eps`), so it is evaluated as
+
+    E[phi(u) phi(v)]   = a^2 (S + sin(shift)^2 exp(-b^2 (q1 + q2 + 2c) / 2))
+    E[phi'(u) phi'(v)] = a^2 b^2 (S + cos(shift)^2 exp(-b^2 (q1 + q2 + 2c) / 2))
+
+  with `S = exp(-b^2 (q1 + q2) / 2) sinh(b^2 c) = sign(c) exp(-b^2 (q1 + q2 -
+  2|c|) / 2) (-expm1(-2 b^2 |c|)) / 2`: a product of accurate factors, whose
+  exponents are `<= 0` (`|c| <= (q1 + q2) / 2`), so nothing overflows or
+  cancels (for `shift = 0` the NNGP is `a^2 S`).
   """
+  sin2 = _snapped_square(math.sin(shift), shift)
+  cos2 = _snapped_square(math.cos(shift), shift)
+
   def kernel_map(q1, q2, c, compute_dot):
-    same = jnp.exp(-b**2 * (q1 + q2 - 2 * c) / 2)
-    opposite = math.cos(2 * shift) * jnp.exp(-b**2 * (q1 + q2 + 2 * c) / 2)
-    nngp = a**2 / 2 * (same - opposite)
-    dot = a**2 * b**2 / 2 * (same + opposite) if compute_dot else None
+    t = b**2 * jnp.abs(c)
+    near = jnp.exp(-b**2 * (q1 + q2 - 2 * jnp.abs(c)) / 2)
+    sinh_part = jnp.sign(c) * near * (-jnp.expm1(-2 * t)) / 2
+    opposite = jnp.exp(-b**2 * (q1 + q2 + 2 * c) / 2)
+    nngp = a**2 * (sinh_part + sin2 * opposite)
+    dot = a**2 * b**2 * (sinh_part + cos2 * opposite) if compute_dot else None
     return nngp, dot
   return kernel_map
 
@@ -997,7 +1019,8 @@ def ExpNormalized(gamma: float = 1,
   `ValueError`; use the layer in infinite networks only.
 
   Args:
-    gamma: exponent scale.
+    gamma: exponent scale, `>= 0` (a negative one gives a kernel that is not
+      positive semi-definite).
     shift: added to the correlation before exponentiating.
     do_clip: whether to clip the correlation `c / sqrt(q1 q2)` to `[-1, 1]`
       (rounding can push it out slightly; the kernel is finite either way).
@@ -1010,6 +1033,17 @@ def ExpNormalized(gamma: float = 1,
     >>> float(kernel_fn(jnp.ones((1, 2)), None, 'nngp')[0, 0])
     1.0
   """
+  gamma = arguments.real_number(
+      gamma, 'gamma', 'Pass e.g. `ExpNormalized(gamma=1.)`.',
+      layer_name='ExpNormalized')
+  if isinstance(gamma, (int, float, np.integer, np.floating)) and not (
+      gamma >= 0):
+    # `exp(gamma rho)` is PSD in `rho` (a correlation) only for `gamma >= 0`
+    # (a power series in `rho` with nonnegative coefficients).
+    raise ValueError(
+        f'`gamma` of `ExpNormalized` must be >= 0; got {gamma!r}, which makes '
+        'the kernel not positive semi-definite (no network has it). Pass e.g. '
+        '`ExpNormalized(gamma=1.)` (0 gives the linear-in-norms kernel).')
   return elementwise(None, exp_normalized_kernel_map(gamma, shift, do_clip),
                      'ExpNormalized')
 

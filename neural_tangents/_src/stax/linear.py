@@ -155,6 +155,18 @@ def Dense(out_dim: int,
           f'shape {inputs.shape}. Pass inputs matching the `input_shape` '
           'given to `init_fn`, and the params `(W, b)` it returned (`W` of '
           'shape (in_channels, out_channels), not transposed).')
+    if W.ndim != 2 or W.shape[1] != width or (
+        b is not None and jnp.size(b) != width) or (
+            (b is None) != (b_std is None)):
+      # Params of another network (e.g. `Dense(3)` for `Dense(8)`) would run
+      # and give outputs of the wrong width.
+      raise ValueError(
+          f'The params of `Dense({out_dim})` must be `(W, b)` with `W` of '
+          f'shape (in_channels, {width}) and `b` '
+          f'{"None" if b_std is None else f"of {width} entries"}; got `W` of '
+          f'shape {jnp.shape(W)} and `b` '
+          f'{"None" if b is None else f"of shape {jnp.shape(b)}"}. Pass the '
+          "params this network's `init_fn` returned.")
     out = jnp.moveaxis(jnp.tensordot(inputs, W, (c_axis, 0)), -1, c_axis)
     if standard:
       out = out / math.sqrt(s_in)

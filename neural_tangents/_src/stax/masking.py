@@ -94,6 +94,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.utils import dataclasses
@@ -174,6 +175,8 @@ def get_masked_array(x: Any, mask_constant: Optional[float] = None,
     `x` with every masked leaf a `MaskedArray` whose masked entries are zero;
     plain arrays are returned unchanged when `mask_constant` is `None`.
   """
+  check_mask_constant(mask_constant)
+  x = from_numpy_masked(x)
   if isinstance(x, (list, tuple)):
     return type(x)(get_masked_array(xi, mask_constant, f'{name}[{i}]')
                    for i, xi in enumerate(x))
@@ -189,6 +192,31 @@ def get_masked_array(x: Any, mask_constant: Optional[float] = None,
     else:
       mask = value == mask_constant
   return MaskedArray(zero_masked(value, mask), mask)
+
+
+def check_mask_constant(mask_constant: Any) -> None:
+  """Raises a `TypeError` unless `mask_constant` is None or a real number."""
+  if mask_constant is None or isinstance(mask_constant, jax.core.Tracer):
+    return
+  if isinstance(mask_constant, (bool, np.bool_, str, bytes)) or not (
+      isinstance(mask_constant, (int, float, np.integer, np.floating)) or
+      (np.ndim(mask_constant) == 0 and
+       np.issubdtype(getattr(mask_constant, 'dtype', object), np.number))):
+    raise TypeError(
+        f'`mask_constant` must be a number (or None); got {mask_constant!r}. '
+        'Entries of the inputs equal to it are masked: pass e.g. '
+        '`mask_constant=0.` or `float("nan")`, or None for no masking.')
+
+
+def from_numpy_masked(x: Any) -> Any:
+  """`x` with each `numpy.ma.MaskedArray` (at the top or in a list/tuple) as
+  a `MaskedArray` of its data and full mask: JAX rejects numpy's."""
+  if isinstance(x, np.ma.MaskedArray):
+    return MaskedArray(np.ma.getdata(x), np.ma.getmaskarray(x))
+  if isinstance(x, (list, tuple)) and any(
+      isinstance(xi, (np.ma.MaskedArray, list, tuple)) for xi in x):
+    return type(x)(from_numpy_masked(xi) for xi in x)
+  return x
 
 
 def zero_masked(x: Array, mask: Optional[Array]) -> Array:
@@ -409,6 +437,8 @@ def check_apply_masking(apply_fn: Callable, supported: bool,
 
   @functools.wraps(apply_fn)
   def checked_apply_fn(params, inputs, *, mask_constant=None, **kwargs):
+    check_mask_constant(mask_constant)
+    inputs = from_numpy_masked(inputs)
     if mask_constant is not None:
       inputs = get_masked_array(inputs, mask_constant)
     if not supported and is_masked(inputs):

@@ -80,12 +80,22 @@ class Diagonal:
 
   def __rshift__(self, other: 'Diagonal') -> 'Diagonal':
     """Requirement of `self`'s layer followed by `other`'s (`serial`)."""
+    if not isinstance(other, Diagonal):
+      raise TypeError(
+          f'`Diagonal() >> other` composes two layers\' diagonal requirements, '
+          f'but `other` is {other!r} ({type(other).__name__}). Pass a '
+          '`Diagonal`, e.g. `Diagonal() >> Diagonal(input=Bool.YES)`.')
     if self.output == Bool.YES:
       return self
     return Diagonal(input=transfer(self, other.input), output=other.output)
 
   def __lshift__(self, other: 'Diagonal') -> 'Diagonal':
     """`self << other` is `other >> self`: `other`'s layer, then `self`'s."""
+    if not isinstance(other, Diagonal):
+      raise TypeError(
+          f'`Diagonal() << other` composes two layers\' diagonal requirements, '
+          f'but `other` is {other!r} ({type(other).__name__}). Pass a '
+          '`Diagonal`, e.g. `Diagonal() << Diagonal(input=Bool.YES)`.')
     return other >> self
 
 

@@ -67,6 +67,7 @@ Example:
 """
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, Optional
 
 import jax
@@ -146,14 +147,11 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 def _parse_get(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
   """`(names or None, single)` of `get` (see `arguments.parse_get`), or
   raises `ValueError`."""
-  try:
-    return arguments.parse_get(get, GET_FIELDS)
-  except ValueError as e:
-    raise ValueError(
-        f'`get` must be None, one of {GET_VALUES} (or another `Kernel` field '
-        f'name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
-        f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk"). ({e})'
-    ) from None
+  return arguments.parse_get(
+      get, GET_FIELDS,
+      fix=f'`get` must be None, one of {GET_VALUES} (or another `Kernel` '
+      f'field name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
+      f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk").')
 
 
 def _select(k: Any, names: Optional[tuple[str, ...]], single: bool,
@@ -222,6 +220,14 @@ def _broadcast_allowed(allowed: Any, x1: Any) -> Any:
   if isinstance(x1, (list, tuple)):
     if isinstance(allowed, Allowed):
       allowed = [allowed] * len(x1)
+    elif len(allowed) != len(x1):
+      # `zip` would silently drop the extra inputs.
+      raise ValueError(
+          f'The network takes {len(allowed)} inputs (e.g. a `parallel` of '
+          f'{len(allowed)} layers), but `x1` is a {type(x1).__name__} of '
+          f'{len(x1)} arrays. Pass one array per input (the same number in '
+          '`x2`), or `FanOut(n)` before `parallel` to feed one input to n '
+          'layers.')
     return type(x1)(_broadcast_allowed(a, x) for a, x in zip(allowed, x1))
   return conjunction(allowed)
 
@@ -398,8 +404,16 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
   (see `public_kernel_fn`), named after the layer.
   """
 
+  signature = inspect.signature(layer_fn)
+
   @functools.wraps(layer_fn)
   def new_layer_fn(*args, **kwargs):
+    try:
+      bound = signature.bind(*args, **kwargs)
+    except TypeError:
+      bound = None  # The call itself raises the usual error below.
+    if bound is not None:
+      arguments.finite_hyperparameters(layer_fn.__name__, bound)
     init_fn, apply_fn, kernel_op = layer_fn(*args, **kwargs)
     kernel_op = kernel_op_of(kernel_op)
     spec = kernel_spec(kernel_op)

@@ -12,7 +12,7 @@ from neural_tangents._src.utils.kernel import Kernel
 EnumT = TypeVar('EnumT', bound=enum.Enum)
 
 
-def parse_get(get: Any, allowed: Sequence[str]
+def parse_get(get: Any, allowed: Sequence[str], fix: Optional[str] = None
               ) -> tuple[Optional[tuple[str, ...]], bool]:
   """`get` as `(names, single)`: the requested names and whether one was
   asked for as a bare string (so one value, not a namedtuple, is returned).
@@ -24,6 +24,7 @@ def parse_get(get: Any, allowed: Sequence[str]
   Args:
     get: `None`, a name, or a non-empty tuple/list of distinct names.
     allowed: the names this function can return.
+    fix: what to pass instead of a wrong name (default: the allowed names).
 
   Returns:
     `(names or None, single)`.
@@ -40,11 +41,14 @@ def parse_get(get: Any, allowed: Sequence[str]
     return None, False
   single = isinstance(get, str)
   names = (get,) if single else get
-  fix = (f'Pass one of {tuple(allowed)}, a tuple of them, e.g. '
-         f'get={tuple(allowed)[:2]!r}, or None for all.')
-  if not isinstance(names, (tuple, list)) or not names:
+  if fix is None:
+    fix = (f'Pass one of {tuple(allowed)}, a tuple of them, e.g. '
+           f'get={tuple(allowed)[:2]!r}, or None for all.')
+  if not isinstance(names, (tuple, list)):
     raise ValueError(f'`get` must be a name or a tuple of names; got '
                      f'{get!r}. {fix}')
+  if not names:
+    raise ValueError(f'`get={get!r}` is empty: it asks for nothing. {fix}')
   by_lower = {a.lower(): a for a in allowed}
   canonical = []
   for name in names:
@@ -54,8 +58,10 @@ def parse_get(get: Any, allowed: Sequence[str]
     canonical.append(by_lower[name.lower()])
   names = canonical
   if len(set(names)) != len(names):
-    raise ValueError(f'`get={get!r}` names a kernel twice. Pass each name '
-                     'once.')
+    duplicate = next(n for n in names if names.count(n) > 1)
+    raise ValueError(f'`get={get!r}` has a duplicate: it names a kernel '
+                     f'twice ({duplicate!r}). Pass each name once, e.g. '
+                     f'get={tuple(dict.fromkeys(names))!r}.')
   return tuple(names), single
 
 
@@ -293,6 +299,70 @@ def real_number(value: Any, name: str, fix: str, *, layer_name: str = '',
                   f'{value!r} ({type(value).__name__}). {fix}')
 
 
+def _non_finite(value: Any) -> Optional[str]:
+  """'nan' or 'inf' if a concrete float (scalar, float sequence or array)
+  holds one; None for finite values, non-floats and traced values."""
+  if isinstance(value, (bool, np.bool_)) or isinstance(value, jax.core.Tracer):
+    return None
+  if isinstance(value, (float, np.floating)):
+    array = np.asarray(value)
+  elif isinstance(value, (np.ndarray, jax.Array)) and _is_inexact(value):
+    array = np.asarray(value)
+  elif (isinstance(value, (list, tuple)) and value and
+        all(isinstance(v, (float, np.floating)) for v in value)):
+    array = np.asarray(value, np.float64)
+  else:
+    return None
+  if np.all(np.isfinite(array)):
+    return None
+  if np.any(np.isnan(array)):
+    return 'nan'
+  return 'inf'
+
+
+def _is_inexact(value: Any) -> bool:
+  dtype = getattr(value, 'dtype', None)
+  return dtype is not None and np.issubdtype(dtype, np.inexact)
+
+
+# Annotations of layer arguments that take one number.
+_SCALAR_ANNOTATIONS = (float, Optional[float], 'float', 'Optional[float]')
+
+
+def finite_hyperparameters(layer_name: str, bound: Any) -> None:
+  """Raises a `ValueError` naming the first argument of `bound` (an
+  `inspect.BoundArguments` of a layer constructor) that is a NaN or infinite
+  float, or a float sequence or array holding one: a kernel computed from it
+  would be NaN, or worse, finite and wrong. An argument annotated `float`
+  given an array raises a `TypeError`.
+
+  Example:
+    >>> import inspect
+    >>> def Dense(out_dim, W_std=1.): pass
+    >>> bound = inspect.signature(Dense).bind(8, W_std=float('nan'))
+    >>> finite_hyperparameters('Dense', bound)
+    Traceback (most recent call last):
+    ...
+    ValueError: `W_std` of `Dense` must be finite; got nan, which would make the kernel NaN or wrong. Pass finite values, e.g. the default W_std=1.0.
+  """
+  parameters = bound.signature.parameters
+  for name, value in bound.arguments.items():
+    if parameters[name].annotation in _SCALAR_ANNOTATIONS and (
+        value is not None and np.ndim(value) != 0):
+      raise TypeError(
+          f'`{name}` of `{layer_name}` must be a scalar; got an array of '
+          f'shape {np.shape(value)}. Pass one number, e.g. {name}=1.5 (a '
+          'layer has one such hyperparameter for all its units).')
+    if _non_finite(value) is None:
+      continue
+    default = bound.signature.parameters[name].default
+    example = (f', e.g. the default {name}={default!r}' if isinstance(
+        default, (int, float)) and not isinstance(default, bool) else '')
+    raise ValueError(
+        f'`{name}` of `{layer_name}` must be finite; got {value!r}, which '
+        f'would make the kernel NaN or wrong. Pass finite values{example}.')
+
+
 _KEY_FIX = ('Pass one key: `jax.random.PRNGKey(0)` (a raw uint32[2] key) or '
             '`jax.random.key(0)` (a typed key).')
 
@@ -373,6 +443,11 @@ def input_shape(shape: Any, name: str = 'input_shape') -> Any:
       elif (isinstance(d, (bool, np.bool_)) or
             not isinstance(d, (int, np.integer))):
         raise bad(f'the entry {d!r} is not an int')
+      elif d < -1:
+        raise ValueError(
+            f'`{name}` must be a tuple of sizes >= 0 (or -1 for an unknown '
+            f'size); got {shape!r}, with the entry {d!r}. Pass e.g. '
+            '`x.shape`.')
   check(shape)
   return shape
 

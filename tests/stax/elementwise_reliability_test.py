@@ -1,0 +1,121 @@
+"""Reliability tests of `stax/elementwise.py` (issue 29): hyperparameters
+that make a kernel not PSD are refused, and closed forms stay accurate at
+small input scales."""
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents import stax
+from neural_tangents._src.stax import elementwise
+from tests import test_utils
+
+
+class ExpNormalizedGammaTest(test_utils.NeuralTangentsTestCase):
+  """`ExpNormalized(gamma < 0)` raises, as `Rbf(gamma <= 0)` does."""
+
+  @parameterized.parameters(-1., -1e-3, -5, np.float32(-1.))
+  def test_negative_gamma_raises(self, gamma):
+    with self.assertRaisesRegex(ValueError, r'`gamma` of `ExpNormalized` '
+                                r'must be >= 0; got .*gamma=1\.'):
+      stax.ExpNormalized(gamma=gamma)
+
+  def test_nan_gamma_raises(self):
+    with self.assertRaisesRegex(ValueError, '`gamma`'):
+      stax.ExpNormalized(gamma=float('nan'))
+
+  def test_string_gamma_raises_type_error(self):
+    with self.assertRaisesRegex(TypeError, '`gamma` of `ExpNormalized`'):
+      stax.ExpNormalized(gamma='1')
+
+  @parameterized.parameters(0., 0.5, 1, 3.)
+  def test_nonnegative_gamma_gives_a_psd_kernel(self, gamma):
+    x = np.random.RandomState(0).randn(12, 4).astype(np.float32)
+    _, _, kernel_fn = stax.serial(stax.Dense(8), stax.ExpNormalized(gamma))
+    k = np.asarray(kernel_fn(x, None, 'nngp'), np.float64)
+    evals = np.linalg.eigvalsh((k + k.T) / 2)
+    self.assertGreater(evals[0], -1e-5 * evals[-1])
+
+
+if __name__ == '__main__':
+  absltest.main()
+
+
+def _sin_reference(a, b, sin2, cos2, q1, q2, c):
+  """float64 `E[phi(u) phi(v)]`, `E[phi'(u) phi'(v)]` of `a sin(b x + s)`,
+  `sin2 = sin(s)^2`, `cos2 = cos(s)^2`, through `log sinh` (finite at every
+  scale): `exp(-b^2 (q1 + q2) / 2) sinh(b^2 c)` plus the phase term."""
+  q1, q2, c = (np.asarray(v, np.float64) for v in (q1, q2, c))
+  x = b**2 * np.abs(c)
+  with np.errstate(divide='ignore', over='ignore'):
+    log_sinh = np.where(x > 20., x - np.log(2.) + np.log1p(-np.exp(-2 * x)),
+                        np.log(np.sinh(np.minimum(x, 20.))))
+  s = np.sign(c) * np.exp(-b**2 * (q1 + q2) / 2 + log_sinh)
+  opposite = np.exp(-b**2 * (q1 + q2 + 2 * c) / 2)
+  return a**2 * (s + sin2 * opposite), a**2 * b**2 * (s + cos2 * opposite)
+
+
+# (q1, q2, c) in units of the squared input scale: equal points, correlated,
+# anti-correlated, nearly orthogonal, orthogonal.
+_TRIPLES = np.array([[1., 1., 1.], [1., 2., 0.7], [1., 2., -0.7],
+                     [2., 0.5, 0.01], [1.5, 1., 0.]])
+_SCALES = (1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 1e-2, 1., 10., 1e3)
+
+
+class SinSmallInputsTest(test_utils.NeuralTangentsTestCase):
+  """`Sin`/`Cos` kernels keep float32 relative accuracy at every scale."""
+
+  def test_reference_matches_quadrature(self):
+    # The float64 reference against 2-d Gauss-Hermite quadrature of
+    # E[a sin(b u + s) a sin(b v + s)] (and of the derivatives).
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    a, b, shift = 1.3, 0.8, 0.4
+    for q1, q2, c in _TRIPLES:
+      cov = np.array([[q1, c], [c, q2]])
+      low = np.linalg.cholesky(cov + 1e-300 * np.eye(2)) if c**2 < q1 * q2 \
+          else np.array([[np.sqrt(q1), 0.], [c / np.sqrt(q1), 0.]])
+      z1, z2 = np.meshgrid(nodes, nodes, indexing='ij')
+      u = low[0, 0] * z1
+      v = low[1, 0] * z1 + low[1, 1] * z2
+      w = np.outer(weights, weights)
+      nngp = np.sum(w * a**2 * np.sin(b * u + shift) * np.sin(b * v + shift))
+      dot = np.sum(w * a**2 * b**2 * np.cos(b * u + shift) *
+                   np.cos(b * v + shift))
+      ref = _sin_reference(a, b, np.sin(shift)**2, np.cos(shift)**2, q1, q2, c)
+      self.assertAllClose(np.array(ref), np.array([nngp, dot]), rtol=1e-10,
+                          atol=1e-12)
+
+  @parameterized.product(
+      scale=_SCALES,
+      layer=(('sin', (1., 1., 0.), 0., 1.), ('sin_phase', (1.5, 2., 0.3),
+                                              np.sin(0.3)**2, np.cos(0.3)**2),
+             ('cos', (1., 1., 0.), 1., 0.)),
+  )
+  def test_kernel_map_float32_relative_accuracy(self, scale, layer):
+    name, (a, b, shift), sin2, cos2 = layer
+    if name == 'cos':
+      kernel_map = elementwise.sin_kernel_map(a, b, shift + np.pi / 2)
+    else:
+      kernel_map = elementwise.sin_kernel_map(a, b, shift)
+    q1, q2, c = (jnp.asarray(v, jnp.float32) for v in (_TRIPLES * scale**2).T)
+    nngp, dot = kernel_map(q1, q2, c, True)
+    # The reference from the same float32 covariances.
+    ref_nngp, ref_dot = _sin_reference(a, b, sin2, cos2, np.asarray(q1),
+                                       np.asarray(q2), np.asarray(c))
+    self.assertAllClose(np.asarray(nngp, np.float64), ref_nngp, rtol=1e-5,
+                        atol=2e-38)
+    self.assertAllClose(np.asarray(dot, np.float64), ref_dot, rtol=1e-5,
+                        atol=2e-38)
+
+  @parameterized.parameters(1e-12, 1e-6, 1e-4, 1e-3, 1., 1e3)
+  def test_network_matches_float64_closed_form(self, scale):
+    # The reproducer of issue 29: 2.7% off at 1e-3, all zeros from 1e-4.
+    x = np.random.RandomState(0).randn(4, 4).astype(np.float32) * scale
+    _, _, kernel_fn = stax.serial(stax.Dense(8), stax.Sin(), stax.Dense(1))
+    nngp = np.asarray(kernel_fn(x, None, 'nngp'), np.float64)
+    x64 = x.astype(np.float64)
+    q = x64 @ x64.T / 4
+    d = np.diag(q)
+    ref, _ = _sin_reference(1., 1., 0., 1., d[:, None], d[None], q)
+    self.assertLess(np.max(np.abs(nngp - ref)) / np.max(np.abs(ref)), 1e-5)
