@@ -93,6 +93,7 @@ from neural_tangents._src.stax.protocol import KernelSpec
 from neural_tangents._src.stax.protocol import Requirements
 from neural_tangents._src.stax.protocol import undeclared_kernel_op
 from neural_tangents._src.utils import arguments
+from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
@@ -312,6 +313,10 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       out = _drop_ntk(out)
     return _select(out, names, single, get)
 
+  # Unjitted, one XLA program per input signature instead of hundreds of
+  # op-by-op dispatches (see `compiled`); under the user's transformations,
+  # called through.
+  kernel_fn = compiled.compile_per_signature(kernel_fn)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
 
