@@ -5,7 +5,8 @@ of a function: its tracing, its compilation and its dispatch. Each workload
 here runs in a FRESH Python process (so nothing is compiled or cached yet;
 JAX's persistent compilation cache is not turned on), which times, with
 `time.perf_counter` around the call and `jax.block_until_ready`, the first and
-the second call. The parent prints one JSON line per workload: the medians of
+the second call, in wall and in CPU seconds (all threads; on a shared
+machine the CPU seconds are the steadier figure). The parent prints one JSON line per workload: the medians of
 `--runs` processes, and the figures of issue 26's table (this project before
 the issue, `before_s`, and the published 0.6.5 release, `published_s`, both
 measured on the same 2-core machine) for comparison.
@@ -36,6 +37,7 @@ Usage (from the project root):
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -83,15 +85,16 @@ def _network(kind: str):
           jax.random.normal(k2, (10, 8, 8, 3)))
 
 
-def _timed(fn) -> float:
+def _timed(fn) -> tuple[float, float]:
+  """Wall and CPU (all threads of the process) seconds of `fn()`."""
   import jax  # pylint: disable=g-import-not-at-top
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), time.process_time()
   jax.block_until_ready(fn())
-  return time.perf_counter() - start
+  return time.perf_counter() - start, time.process_time() - cpu
 
 
 def child(workload: str) -> dict:
-  """Runs in the fresh process: `{'first_s': ..., 'second_s': ...}`."""
+  """Runs in the fresh process: wall and CPU seconds of two calls."""
   import jax  # pylint: disable=g-import-not-at-top
   import neural_tangents as nt  # pylint: disable=g-import-not-at-top
 
@@ -119,10 +122,14 @@ def child(workload: str) -> dict:
     call = lambda: ntk_fn(x1, x2, params)
   else:
     raise ValueError(f'unknown workload {workload!r}; one of {WORKLOADS}')
-  return dict(first_s=_timed(call), second_s=_timed(call))
+  (first, first_cpu), (second, second_cpu) = _timed(call), _timed(call)
+  return dict(first_s=first, first_cpu_s=first_cpu, second_s=second,
+              second_cpu_s=second_cpu)
 
 
 def _run_child(workload: str) -> dict:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  children_cpu = usage.ru_utime + usage.ru_stime
   start = time.perf_counter()
   result = subprocess.run(
       [sys.executable, os.path.abspath(__file__), '--child', workload],
@@ -132,6 +139,8 @@ def _run_child(workload: str) -> dict:
     raise RuntimeError(f'{workload}: {result.stderr[-2000:]}')
   out = json.loads(result.stdout.strip().splitlines()[-1])
   out['process_s'] = wall
+  out['process_cpu_s'] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + \
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime - children_cpu
   return out
 
 
@@ -142,8 +151,10 @@ def measure(workload: str, runs: int) -> dict:
   line = dict(workload=workload, runs=runs)
   if workload.endswith('_process'):
     line['seconds'] = median('process_s')
+    line['cpu_s'] = median('process_cpu_s')
   else:
     line['first_s'] = median('first_s')
+    line['first_cpu_s'] = median('first_cpu_s')
     line['first_runs_s'] = [round(r['first_s'], 3) for r in results]
   line['second_s'] = round(statistics.median(r['second_s'] for r in results),
                            5)
