@@ -158,6 +158,8 @@ def measure(workload: str, runs: int) -> dict:
     line['first_runs_s'] = [round(r['first_s'], 3) for r in results]
   line['second_s'] = round(statistics.median(r['second_s'] for r in results),
                            5)
+  line['second_cpu_s'] = round(
+      statistics.median(r['second_cpu_s'] for r in results), 5)
   line.update(TABLE[workload])
   return line
 

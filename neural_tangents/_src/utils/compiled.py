@@ -113,11 +113,12 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any]
 class _Program:
   """The jitted call of one signature; it remembers its static outputs."""
 
-  def __init__(self, fn: Callable[..., Any], key: Any):
+  def __init__(self, fn: Callable[..., Any], key: Any,
+               compiler_options: Optional[dict[str, Any]] = None):
     treedef, specs, _ = key
     self._fn, self._treedef, self._specs = fn, treedef, specs
     self._out = None  # (treedef, static leaves or None for arrays)
-    self._jitted = jax.jit(self._traced)
+    self._jitted = jax.jit(self._traced, compiler_options=compiler_options)
 
   def _traced(self, arrays: list[Any]) -> list[Any]:
     leaves = [arrays[s[1]] if s[0] == 'array' else s[2] for s in self._specs]
@@ -136,7 +137,10 @@ class _Program:
         treedef, [next(out_arrays) if s is None else s for s in statics])
 
 
-def compile_per_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
+def compile_per_signature(
+    fn: Callable[..., Any],
+    compiler_options: Optional[Callable[..., Optional[dict[str, Any]]]] = None
+) -> Callable[..., Any]:
   """`fn`, compiled as one XLA program per input signature when unjitted.
 
   See the module docstring for the signature and the fallbacks. The returned
@@ -145,6 +149,9 @@ def compile_per_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
   Args:
     fn: a function of arrays and static (hashable) arguments, returning a
       pytree; it may raise for bad arguments.
+    compiler_options: called as `compiler_options(*args, **kwargs)` once per
+      new signature, the XLA compiler options of its program (`None` for
+      the defaults); e.g. a lower optimization level for small inputs.
 
   Returns:
     The function, with a `cache_clear()` attribute.
@@ -162,7 +169,11 @@ def compile_per_signature(fn: Callable[..., Any]) -> Callable[..., Any]:
     if program is _EAGER:
       return fn(*args, **kwargs)
     if program is None:
-      program = _Program(fn, key)
+      try:
+        options = compiler_options and compiler_options(*args, **kwargs)
+      except Exception:  # pylint: disable=broad-except  A hint only.
+        options = None
+      program = _Program(fn, key, options)
       try:
         out = program(arrays)
       except CONCRETIZATION_ERRORS:
