@@ -61,6 +61,8 @@ CONCRETIZATION_ERRORS = (
 MAX_SIGNATURES = 32
 
 _EAGER = object()  # A signature that needs concrete values.
+# JAX's message for a `jit` with `compiler_options` staged into another.
+_NESTED_OPTIONS = 'can only be passed to top-level'
 
 
 def _array_spec(leaf: Any) -> Optional[tuple[Any, ...]]:
@@ -119,6 +121,11 @@ class _Program:
     self._fn, self._treedef, self._specs = fn, treedef, specs
     self._out = None  # (treedef, static leaves or None for arrays)
     self._jitted = jax.jit(self._traced, compiler_options=compiler_options)
+    # Inside another trace (the layers close over a tracer, or concrete
+    # inputs are passed inside the user's `jit`), the program is staged into
+    # the outer one, which refuses compiler options of its own.
+    self._nested = (self._jitted if compiler_options is None else
+                    jax.jit(self._traced))
 
   def _traced(self, arrays: list[Any]) -> list[Any]:
     leaves = [arrays[s[1]] if s[0] == 'array' else s[2] for s in self._specs]
@@ -131,7 +138,13 @@ class _Program:
     return [leaf for d, leaf in zip(dynamic, out_leaves) if d]
 
   def __call__(self, arrays: list[Any]) -> Any:
-    out_arrays = iter(self._jitted(arrays))
+    try:
+      out_arrays = self._jitted(arrays)
+    except ValueError as e:
+      if self._nested is self._jitted or _NESTED_OPTIONS not in str(e):
+        raise
+      out_arrays = self._nested(arrays)
+    out_arrays = iter(out_arrays)
     treedef, statics = self._out
     return jax.tree_util.tree_unflatten(
         treedef, [next(out_arrays) if s is None else s for s in statics])
