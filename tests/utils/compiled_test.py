@@ -35,6 +35,14 @@ class CompilePerSignatureTest(test_utils.NeuralTangentsTestCase):
     g(x, scale=2)  # Another type of static value.
     self.assertLen(calls, 4)
 
+  def test_nan_static_values_share_a_signature(self):
+    f, calls = _counting(lambda x, c=None: jnp.where(jnp.isnan(c), x, -x))
+    g = compiled.compile_per_signature(f)
+    x = jnp.ones(2)
+    for c in (float('nan'), float('nan'), np.float32('nan')):
+      np.testing.assert_array_equal(g(x, c=c), x)
+    self.assertLen(calls, 2)  # One per type.
+
   def test_identity_of_arguments_kept(self):
     seen = []
 

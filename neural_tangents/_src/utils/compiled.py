@@ -101,7 +101,11 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any]
         hash(leaf)
       except TypeError:
         raise _Unhashable() from None
-      specs.append(('static', type(leaf), leaf))
+      if isinstance(leaf, (float, np.floating)) and np.isnan(leaf):
+        # NaN != NaN: one key for every NaN (e.g. `mask_constant=np.nan`).
+        specs.append(('nan', type(leaf)))
+      else:
+        specs.append(('static', type(leaf), leaf))
       continue
     index = index_of.get(id(leaf))
     if index is None:
@@ -128,7 +132,8 @@ class _Program:
                     jax.jit(self._traced))
 
   def _traced(self, arrays: list[Any]) -> list[Any]:
-    leaves = [arrays[s[1]] if s[0] == 'array' else s[2] for s in self._specs]
+    leaves = [arrays[s[1]] if s[0] == 'array' else
+              s[1]('nan') if s[0] == 'nan' else s[2] for s in self._specs]
     args, kwargs = jax.tree_util.tree_unflatten(self._treedef, leaves)
     out_leaves, out_treedef = jax.tree_util.tree_flatten(
         self._fn(*args, **kwargs))
@@ -197,7 +202,10 @@ def compile_per_signature(
       cache[key] = program
       _evict(cache)
       return out
-    cache.move_to_end(key)
+    try:
+      cache.move_to_end(key)
+    except KeyError:  # Dropped meanwhile by another thread's call.
+      pass
     return program(arrays)
 
   compiled_fn.cache_clear = cache.clear
