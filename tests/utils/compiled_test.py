@@ -43,6 +43,18 @@ class CompilePerSignatureTest(test_utils.NeuralTangentsTestCase):
       np.testing.assert_array_equal(g(x, c=c), x)
     self.assertLen(calls, 2)  # One per type.
 
+  def test_large_programs_run_eagerly(self):
+    f, calls = _counting(lambda x: jnp.cos(jnp.sin(x)))
+    g = compiled.compile_per_signature(f)
+    maximum, compiled.MAX_EQUATIONS = compiled.MAX_EQUATIONS, 1
+    try:
+      x = jnp.ones(2)
+      for _ in range(3):
+        np.testing.assert_allclose(g(x), jnp.cos(jnp.sin(x)), rtol=1e-6)
+    finally:
+      compiled.MAX_EQUATIONS = maximum
+    self.assertLen(calls, 4)  # One trace, then eager calls.
+
   def test_identity_of_arguments_kept(self):
     seen = []
 

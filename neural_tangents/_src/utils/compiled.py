@@ -23,6 +23,8 @@ same signature one dispatch. The result is the same function:
 * if tracing needs a concrete value (a `ConcretizationTypeError` or one of
   its kin), the signature is remembered as eager-only and the call reruns
   eagerly, so value-dependent checks raise what they raise eagerly;
+* a program of more than `MAX_EQUATIONS` equations (hundreds of unfolded
+  layers) runs eagerly too, since op-by-op dispatch reuses small programs;
 * any other exception of the trace (a `ValueError` naming a bad argument) is
   raised as is;
 * output leaves that are not arrays (`shape1`, `None`) are returned as
@@ -44,6 +46,7 @@ Example:
 """
 import collections
 import functools
+import os
 from typing import Any, Callable, Optional
 
 import jax
@@ -59,6 +62,13 @@ CONCRETIZATION_ERRORS = (
 )
 # Signatures remembered per function (least recently used dropped).
 MAX_SIGNATURES = 32
+# Programs of more equations than this (an unfolded `serial` of hundreds of
+# layers) run eagerly: their compilation would cost more than op-by-op
+# dispatch, whose small programs are compiled once per shape and shared.
+MAX_EQUATIONS = 5000
+# `NT_COMPILE_UNJITTED_CALLS=0` in the environment turns compilation per
+# signature off (every unjitted call op by op, as before).
+ENABLED = os.environ.get('NT_COMPILE_UNJITTED_CALLS', '1') != '0'
 
 _EAGER = object()  # A signature that needs concrete values.
 # JAX's message for a `jit` with `compiler_options` staged into another.
@@ -78,6 +88,10 @@ def _array_spec(leaf: Any) -> Optional[tuple[Any, ...]]:
 
 class _Traced(Exception):
   """Raised while reading a signature: an argument is a tracer."""
+
+
+class _TooLarge(Exception):
+  """Raised on a first call: the program has too many equations."""
 
 
 class _Unhashable(Exception):
@@ -142,6 +156,11 @@ class _Program:
                                for d, leaf in zip(dynamic, out_leaves)])
     return [leaf for d, leaf in zip(dynamic, out_leaves) if d]
 
+  def small_enough(self, arrays: list[Any]) -> bool:
+    """Traces the program (the trace is reused by the call): whether it has
+    at most `MAX_EQUATIONS` equations."""
+    return len(self._jitted.trace(arrays).jaxpr.eqns) <= MAX_EQUATIONS
+
   def __call__(self, arrays: list[Any]) -> Any:
     try:
       out_arrays = self._jitted(arrays)
@@ -178,6 +197,8 @@ def compile_per_signature(
 
   @functools.wraps(fn)
   def compiled_fn(*args, **kwargs):
+    if not ENABLED:
+      return fn(*args, **kwargs)
     try:
       key, arrays = signature(args, kwargs)
       program = cache.get(key)
@@ -193,8 +214,10 @@ def compile_per_signature(
         options = None
       program = _Program(fn, key, options)
       try:
+        if not program.small_enough(arrays):
+          raise _TooLarge()
         out = program(arrays)
-      except CONCRETIZATION_ERRORS:
+      except (_TooLarge,) + CONCRETIZATION_ERRORS:
         # A value-dependent step: this signature runs eagerly from now on.
         cache[key] = _EAGER
         _evict(cache)
