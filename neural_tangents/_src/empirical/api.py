@@ -58,6 +58,7 @@ from neural_tangents._src.empirical.problem import ApplyFn
 from neural_tangents._src.empirical.problem import VMapAxes
 from neural_tangents._src.empirical.rng import takes_rng_pairs
 from neural_tangents._src.utils import arguments
+from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Axes, PyTree
 
@@ -150,7 +151,9 @@ def empirical_ntk_fn(
         problem, fn(problem, param_leaves, data1, data2))
     return tree_util.tree_unflatten(problem.out_treedef, kernels)
 
-  return takes_rng_pairs(ntk_fn)
+  # Unjitted, one XLA program per signature of `(x1, x2, params, kwargs)`
+  # instead of the op-by-op dispatch of every derivative (see `compiled`).
+  return takes_rng_pairs(compiled.compile_per_signature(ntk_fn))
 
 
 def _per_example_where_equivalent(

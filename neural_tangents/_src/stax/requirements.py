@@ -71,6 +71,7 @@ import inspect
 from typing import Any, Callable, Optional
 
 import jax
+import numpy as np
 
 from neural_tangents._src.stax import inputs
 from neural_tangents._src.stax import masking
@@ -94,6 +95,7 @@ from neural_tangents._src.stax.protocol import KernelSpec
 from neural_tangents._src.stax.protocol import Requirements
 from neural_tangents._src.stax.protocol import undeclared_kernel_op
 from neural_tangents._src.utils import arguments
+from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
@@ -330,8 +332,45 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       out = _drop_ntk(out)
     return _select(out, names, single, get)
 
+  # Unjitted, one XLA program per input signature instead of hundreds of
+  # op-by-op dispatches (see `compiled`); under the user's transformations,
+  # called through.
+  kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
+
+
+# Kernels of at most this many entries (`N1 N2 S^2`, S spatial positions) are
+# compiled with XLA's backend optimizations off when called unjitted: that
+# halves the compilation (most of a first call), and they run in milliseconds
+# either way. Larger ones, and every `kernel_fn` the user jits, get XLA's
+# defaults.
+SMALL_KERNEL_ENTRIES = 2**20
+
+
+def _kernel_entries(x: Any) -> int:
+  """About `N1 N2 S^2`, the entries of the full kernel of inputs `x`."""
+  return sum(int(np.prod(np.shape(xi)[1:-1], dtype=np.int64))**2
+             for xi in jax.tree_util.tree_leaves(x))
+
+
+def _compiler_options(x1_or_kernel: Any, x2: Any = None, *args: Any,
+                      **kwargs: Any) -> Optional[dict[str, Any]]:
+  """XLA options of the program of an unjitted call (see `compiled`)."""
+  del args, kwargs
+  if jax.default_backend() != 'cpu':
+    return None
+  if is_kernel_tree(x1_or_kernel):
+    entries = sum(np.size(k.nngp) for k in jax.tree_util.tree_leaves(
+        x1_or_kernel, is_leaf=lambda k: isinstance(k, Kernel)))
+  else:
+    n1 = sum(np.shape(x)[0] for x in jax.tree_util.tree_leaves(x1_or_kernel))
+    n2 = (n1 if x2 is None else
+          sum(np.shape(x)[0] for x in jax.tree_util.tree_leaves(x2)))
+    entries = n1 * n2 * _kernel_entries(x1_or_kernel)
+  if entries > SMALL_KERNEL_ENTRIES:
+    return None
+  return {'xla_backend_optimization_level': 0}
 
 
 def _check_spatial_sizes_match(k: Any) -> None:
