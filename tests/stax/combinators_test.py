@@ -96,6 +96,9 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
     x1, x2 = _inputs((2, 5, 4, 4), (3, 5, 4, 4))
     r_init, r_apply, r_kernel = stax.repeat(block, n)
     s_init, s_apply, s_kernel = stax.serial(*[block] * n, fold_repeats=False)
+    # Compiled whole: one compilation instead of many eager ops.
+    r_kernel = jax.jit(r_kernel, static_argnames='diagonal_spatial')
+    s_kernel = jax.jit(s_kernel, static_argnames='diagonal_spatial')
     for kwargs in (dict(diagonal_spatial=False), dict(diagonal_spatial=True)):
       k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
       for get in _GETS:
@@ -209,8 +212,11 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
   def test_spatial_and_diagonal_representations(self):
     block = stax.serial(_dense(), stax.Relu())
     x1, x2 = _inputs((2, 3, 16), (3, 3, 16))
-    r_kernel = stax.repeat(block, 3)[2]
-    s_kernel = stax.serial(*[block] * 3, fold_repeats=False)[2]
+    # Compiled whole: one compilation instead of many eager ops.
+    static = ('diagonal_spatial', 'diagonal_batch')
+    r_kernel = jax.jit(stax.repeat(block, 3)[2], static_argnames=static)
+    s_kernel = jax.jit(stax.serial(*[block] * 3, fold_repeats=False)[2],
+                       static_argnames=static)
     for kwargs in (dict(diagonal_spatial=True), dict(diagonal_spatial=False),
                    dict(diagonal_batch=False)):
       k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
