@@ -1,6 +1,4 @@
 """Tests of `serial`, `parallel` and `repeat` (against `serial`)."""
-import itertools
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -62,8 +60,11 @@ def _inputs(shape1=(3, 5), shape2=(2, 5)):
 
 class RepeatTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.parameters(itertools.product(
-      sorted(_BLOCKS), (0, 1, 2, 3, 7)))
+  # n = 2 and n = 7 run the same scan, of another length; 7 is in the full
+  # tier.
+  @test_utils.sample_product(
+      block_name=sorted(_BLOCKS),
+      n=test_utils.full_tier_cases((0, 1, 2, 3), (7,)))
   def test_repeat_matches_serial(self, block_name, n):
     block = _BLOCKS[block_name]()
     # Blocks that keep the width need the input width to be a fixed point.
@@ -89,12 +90,15 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(r_apply(params_r, x1, rng=rng),
                         s_apply(params_s, x1, rng=rng))
 
-  @parameterized.parameters(itertools.product(sorted(_CONV_BLOCKS), (0, 1, 3)))
+  @test_utils.sample_product(block_name=sorted(_CONV_BLOCKS), n=(0, 1, 3))
   def test_repeat_matches_serial_on_conv_blocks(self, block_name, n):
     block = _CONV_BLOCKS[block_name]()
     x1, x2 = _inputs((2, 5, 4, 4), (3, 5, 4, 4))
     r_init, r_apply, r_kernel = stax.repeat(block, n)
     s_init, s_apply, s_kernel = stax.serial(*[block] * n, fold_repeats=False)
+    # Compiled whole: one compilation instead of many eager ops.
+    r_kernel = jax.jit(r_kernel, static_argnames='diagonal_spatial')
+    s_kernel = jax.jit(s_kernel, static_argnames='diagonal_spatial')
     for kwargs in (dict(diagonal_spatial=False), dict(diagonal_spatial=True)):
       k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
       for get in _GETS:
@@ -104,8 +108,19 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
     _, params_s = s_init(random.PRNGKey(3), (-1, 5, 4, 4))
     self.assertAllClose(r_apply(params_r, x1), s_apply(params_s, x1))
 
-  @parameterized.parameters(None, 0)
-  def test_empirical_ntk_of_repeat_matches_jacobian(self, vmap_axes):
+  # Each implementation differentiates through the scan once, with either
+  # `vmap_axes`; AUTO (which compiles all three and picks one) in the full
+  # tier.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('jacobian_contraction', (nt.NtkImplementation.JACOBIAN_CONTRACTION,),
+        None),
+       ('ntk_vector_products', (nt.NtkImplementation.NTK_VECTOR_PRODUCTS,), 0),
+       ('structured_derivatives',
+        (nt.NtkImplementation.STRUCTURED_DERIVATIVES,), None)],
+      [('all_vmap_none', tuple(nt.NtkImplementation), None),
+       ('all_vmap_0', tuple(nt.NtkImplementation), 0)]))
+  def test_empirical_ntk_of_repeat_matches_jacobian(self, implementations,
+                                                    vmap_axes):
     _, apply_fn, _ = net = stax.serial(
         stax.Dense(16), stax.repeat(stax.serial(_dense(), stax.Relu()), 3),
         stax.Dense(2))
@@ -116,11 +131,15 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
                                                                       x))]
     expected = sum(jnp.einsum('iap,jbp->ijab', a, b)
                    for a, b in zip(jac(x1), jac(x2)))
-    for implementation in nt.NtkImplementation:
+    for implementation in implementations:
       ntk = nt.empirical_ntk_fn(apply_fn, trace_axes=(), vmap_axes=vmap_axes,
                                 implementation=implementation)(x1, x2, params)
       self.assertAllClose(ntk, expected, msg=str(implementation))
 
+  # The same params (`test_repeat_matches_serial`) and empirical NTKs
+  # (`test_empirical_ntk_of_repeat_matches_jacobian`) give the same Monte
+  # Carlo averages; the full tier checks it end to end.
+  @test_utils.full_tier_only
   def test_monte_carlo_of_repeat_matches_serial(self):
     block = stax.serial(_dense(), stax.Relu())
     x1, x2 = _inputs((3, 5), (2, 5))
@@ -193,8 +212,11 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
   def test_spatial_and_diagonal_representations(self):
     block = stax.serial(_dense(), stax.Relu())
     x1, x2 = _inputs((2, 3, 16), (3, 3, 16))
-    r_kernel = stax.repeat(block, 3)[2]
-    s_kernel = stax.serial(*[block] * 3, fold_repeats=False)[2]
+    # Compiled whole: one compilation instead of many eager ops.
+    static = ('diagonal_spatial', 'diagonal_batch')
+    r_kernel = jax.jit(stax.repeat(block, 3)[2], static_argnames=static)
+    s_kernel = jax.jit(stax.serial(*[block] * 3, fold_repeats=False)[2],
+                       static_argnames=static)
     for kwargs in (dict(diagonal_spatial=True), dict(diagonal_spatial=False),
                    dict(diagonal_batch=False)):
       k_r, k_s = r_kernel(x1, x2, **kwargs), s_kernel(x1, x2, **kwargs)
@@ -204,17 +226,21 @@ class RepeatTest(test_utils.NeuralTangentsTestCase):
 
   def test_jit_vmap_grad(self):
     block = stax.serial(_dense(), stax.Relu())
-    _, _, r_kernel = stax.repeat(block, 5)
-    _, _, s_kernel = stax.serial(*[block] * 5, fold_repeats=False)
+    # Depth 3: one scan, as at any larger depth.
+    _, _, r_kernel = stax.repeat(block, 3)
+    _, _, s_kernel = stax.serial(*[block] * 3, fold_repeats=False)
     x1, x2 = _inputs((3, 16), (2, 16))
     f_r = lambda x: r_kernel(x, x2, 'ntk')
     f_s = lambda x: s_kernel(x, x2, 'ntk')
-    self.assertAllClose(jax.jit(f_r)(x1), f_s(x1))
+    # Transformations compiled whole: one compilation instead of many eager
+    # ops (the transformation rules are the same).
+    self.assertAllClose(jax.jit(f_r)(x1), jax.jit(f_s)(x1))
     xs = jnp.stack([x1, 2 * x1])
-    self.assertAllClose(jax.vmap(f_r)(xs), jax.vmap(f_s)(xs))
-    g_r = jax.grad(lambda x: f_r(x).sum())(x1)
+    self.assertAllClose(jax.jit(jax.vmap(f_r))(xs),
+                        jax.jit(jax.vmap(f_s))(xs))
+    g_r = jax.jit(jax.grad(lambda x: f_r(x).sum()))(x1)
     self.assertFinite(g_r)
-    self.assertAllClose(g_r, jax.grad(lambda x: f_s(x).sum())(x1))
+    self.assertAllClose(g_r, jax.jit(jax.grad(lambda x: f_s(x).sum()))(x1))
 
   def test_kernel_compiles_as_one_scan(self):
     block = stax.serial(_dense(), stax.Relu())
