@@ -53,11 +53,13 @@ class LayerNormTest(test_utils.NeuralTangentsTestCase):
     self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
     self.assertGreater(test_utils.relative_error(nngp, unnormalized), _MC_TOL)
 
-  @parameterized.named_parameters(
-      ('fc_channels', (3, 4), (2, 4), -1),
-      ('sequence_channels', (2, 3, 2), (3, 3, 2), -1),
-      ('sequence_positions_and_channels', (2, 3, 2), (3, 3, 2), (1, 2)),
-      ('image_one_spatial_axis', (2, 2, 3, 2), (1, 2, 3, 2), (-2, -1)))
+  # Per-position and whole-example statistics; per-position on sequences
+  # and one axis of images with NT_TEST_FULL=1.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('fc_channels', (3, 4), (2, 4), -1),
+       ('sequence_positions_and_channels', (2, 3, 2), (3, 3, 2), (1, 2))],
+      [('sequence_channels', (2, 3, 2), (3, 3, 2), -1),
+       ('image_one_spatial_axis', (2, 2, 3, 2), (1, 2, 3, 2), (-2, -1))]))
   def test_kernels_are_divided_by_root_variances(self, shape1, shape2, axis):
     # Inside a network (NTK != NNGP below): both kernels are those below
     # divided by `sqrt(v1 v2)`, `v` each example's variance averaged over the
