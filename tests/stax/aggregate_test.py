@@ -151,20 +151,32 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
         kernel_fn(x1, None, 'nngp', pattern=({'adj': dense}, None)),
         stax.Aggregate()[2](x1, None, 'nngp', pattern=(dense, None)))
 
-  def test_matches_monte_carlo(self):
-    # Monte Carlo uses one pattern per call, so estimate the kernel of
-    # [x1; x2] and check that its off-diagonal block is the kernel of (x1, x2).
+  def _joint_and_cross_kernels(self):
+    """The kernel of [x1; x2] (one pattern, as Monte Carlo needs), and that
+    its off-diagonal block is the kernel of (x1, x2)."""
     x1, p1 = _graphs(2, (4,))
     x2, p2 = _graphs(2, (4,), seed=2)
     x, p = jnp.concatenate([x1, x2]), jnp.concatenate([p1, p2])
-    init_fn, apply_fn, kernel_fn = stax.serial(
+    network = stax.serial(
         stax.Dense(512, W_std=1.5, b_std=0.2), stax.Relu(),
         stax.Aggregate(), stax.Dense(512, W_std=1.2), stax.Relu(),
         stax.Aggregate(), stax.Dense(256))
+    kernel_fn = network[2]
     k = kernel_fn(x, x, ('nngp', 'ntk'), pattern=(p, p))
     k12 = kernel_fn(x1, x2, ('nngp', 'ntk'), pattern=(p1, p2))
     self.assertAllClose(k.nngp[:2, 2:], k12.nngp)
     self.assertAllClose(k.ntk[:2, 2:], k12.ntk)
+    return network, x, p, k
+
+  def test_joint_kernel_block_is_the_cross_kernel(self):
+    self._joint_and_cross_kernels()
+
+  # Exact: `test_matches_reference` (Dense -> Aggregate -> Relu -> pooling,
+  # NNGP and NTK) and `test_dense_kernel_is_output_covariance`; the default
+  # tier estimates `test_masked_matches_monte_carlo_and_smaller_graphs`.
+  @test_utils.full_tier_only
+  def test_matches_monte_carlo(self):
+    (init_fn, apply_fn, kernel_fn), x, p, k = self._joint_and_cross_kernels()
     apply_kwargs = lambda key: dict(pattern=p)
     key = jax.random.PRNGKey(0)
     nngp, _ = test_utils.monte_carlo_kernels(
@@ -185,6 +197,7 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
   def test_masked_matches_monte_carlo_and_smaller_graphs(self):
     # Graphs padded to 5 nodes: masked nodes neither send nor receive.
     x, dense = _graphs(3, (5,))
+    x = jnp.asarray(x, jnp.float32)
     n_nodes = jnp.array([5, 3, 4])
     mask = jnp.arange(5)[None, :, None] >= n_nodes[:, None, None]
     edges, counts = _edges(dense)
@@ -196,12 +209,13 @@ class AggregateTest(test_utils.NeuralTangentsTestCase):
     values = lambda prm, x_, **kw: apply_fn(prm, x_, **kw).masked_value
     apply_kwargs = lambda key: dict(pattern=edges)
     key = jax.random.PRNGKey(0)
-    nngp, _ = test_utils.monte_carlo_kernels(
-        init_fn, values, masked, masked, 128, key, compute_ntk=False,
-        batch_size=32, apply_kwargs=apply_kwargs)
-    _, ntk = test_utils.monte_carlo_kernels(
-        init_fn, values, masked, masked, 24, key, batch_size=8,
-        apply_kwargs=apply_kwargs)
+    with jax.enable_x64(False):  # Float32 params (and inputs).
+      nngp, _ = test_utils.monte_carlo_kernels(
+          init_fn, values, masked, masked, 128, key, compute_ntk=False,
+          batch_size=32, apply_kwargs=apply_kwargs)
+      _, ntk = test_utils.monte_carlo_kernels(
+          init_fn, values, masked, masked, 24, key, batch_size=8,
+          apply_kwargs=apply_kwargs)
     self.assertLess(test_utils.relative_error(nngp, k.nngp),
                     test_utils.MC_TOL)
     self.assertLess(test_utils.relative_error(ntk, k.ntk),

@@ -1,8 +1,10 @@
 """Tests of `Conv`, `ConvTranspose` and `ConvLocal`.
 
-Analytic kernels are checked against Monte Carlo estimates of wide finite
-networks (`test_utils.monte_carlo_kernels`), on masked and unmasked inputs,
-and against the empirical NTK as width grows; the spatially diagonal
+Analytic kernels of one layer are checked against exact Jacobian
+contractions (any width), on masked and unmasked inputs; one Monte Carlo
+estimate of a wide float32 network per layer family
+(`test_utils.monte_carlo_kernels`, all with NT_TEST_FULL=1) and the
+empirical NTK as width grows check networks; the spatially diagonal
 representation against the full one (and that it never builds full
 covariances); `apply_fn` against `init_fn` shapes and against `jax.lax`; bad
 arguments against their error messages. Monte Carlo helpers are in
@@ -47,42 +49,72 @@ _1D = ((2, 7, 3), (1, 7, 3))
 _2D = ((2, 5, 4, 2), (1, 5, 4, 2))
 
 
+def _float32_monte_carlo(test, net, x1, x2, **kwargs):
+  """`assert_matches_monte_carlo` with float32 inputs and params."""
+  with jax.enable_x64(False):
+    x1, x2 = (jnp.asarray(x, jnp.float32) for x in (x1, x2))
+    assert_matches_monte_carlo(test, net, x1, x2, **kwargs)
+
+
+def _jacobian_kernels(layer_args, x1, x2, mask_constant):
+  """Exact NNGP and NTK of one linear layer on inputs, from Jacobians.
+
+  The layer is linear in its params, so its NTK `J(x1) J(x2)^T` does not
+  depend on their values; in the NTK parameterization the params are
+  standard normal and the NNGP `E[f(x1) f(x2)^T]` is the same contraction,
+  which the parameterization does not change.
+  """
+  layer, args = layer_args
+  def ntk(**kwargs):
+    init_fn, apply_fn, _ = layer(**dict(args, **kwargs))
+    return test_utils.monte_carlo_kernels(
+        init_fn, test_utils.plain_outputs(apply_fn, mask_constant), x1, x2, 1,
+        key(0))[1]
+  nngp = ntk(parameterization='ntk')
+  return nngp, (nngp if args['parameterization'] == 'ntk' else ntk())
+
+
 class ConvTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
+  # One representative in the default tier (all with NT_TEST_FULL=1): each
+  # layer's kernel map is pinned exactly by `SingleLayerTest`.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
       # Each case also names a change of padding that keeps the shapes but
       # must fail the tolerance (in the first or second layer).
-      ('1d_valid_strided_then_same_masked', _1D,
-       dict(filter_shape=(3,), strides=(2,), padding='VALID'),
-       dict(filter_shape=(2,), padding='SAME'), ({}, dict(padding='CIRCULAR')),
-       True),
-      ('1d_circular', _1D,
-       dict(filter_shape=(3,), padding='CIRCULAR'),
-       dict(filter_shape=(4,), strides=(2,), padding='CIRCULAR'),
-       (dict(padding='SAME'), {}), False),
-      ('2d_same_strided_then_valid', _2D,
-       dict(filter_shape=(3, 2), strides=(2, 1), padding='SAME'),
-       dict(filter_shape=(2, 2), strides=(1, 2), padding='VALID'),
-       (dict(padding='CIRCULAR'), {}), False),
-      ('2d_circular_then_same_masked', _2D,
-       dict(filter_shape=(3, 3), padding='CIRCULAR'),
-       dict(filter_shape=(2, 3), strides=(2, 1), padding='SAME'),
-       (dict(padding='SAME'), {}), True),
-  )
+      [('2d_circular_then_same_masked', _2D,
+        dict(filter_shape=(3, 3), padding='CIRCULAR'),
+        dict(filter_shape=(2, 3), strides=(2, 1), padding='SAME'),
+        (dict(padding='SAME'), {}), True)],
+      [('1d_valid_strided_then_same_masked', _1D,
+        dict(filter_shape=(3,), strides=(2,), padding='VALID'),
+        dict(filter_shape=(2,), padding='SAME'),
+        ({}, dict(padding='CIRCULAR')), True),
+       ('1d_circular', _1D,
+        dict(filter_shape=(3,), padding='CIRCULAR'),
+        dict(filter_shape=(4,), strides=(2,), padding='CIRCULAR'),
+        (dict(padding='SAME'), {}), False),
+       ('2d_same_strided_then_valid', _2D,
+        dict(filter_shape=(3, 2), strides=(2, 1), padding='SAME'),
+        dict(filter_shape=(2, 2), strides=(1, 2), padding='VALID'),
+        (dict(padding='CIRCULAR'), {}), False)]))
   def test_matches_monte_carlo(self, shapes, first, second, wrong, masked):
     x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
     wrong_net = conv_net(stax.Conv, dict(first, **wrong[0]),
                          dict(second, **wrong[1]))
-    assert_matches_monte_carlo(self, conv_net(stax.Conv, first, second),
-                               x1, x2, wrong_net=wrong_net,
-                               mask_constant=mask_constant)
+    _float32_monte_carlo(self, conv_net(stax.Conv, first, second),
+                         x1, x2, wrong_net=wrong_net,
+                         mask_constant=mask_constant)
 
+  @test_utils.full_tier_only  # Exact: SingleLayerTest (3D inputs).
   def test_3d_matches_monte_carlo(self):
     x1, x2 = inputs((2, 3, 3, 2, 1), (1, 3, 3, 2, 1))
     net = conv_net(stax.Conv, dict(filter_shape=(2, 2, 2), padding='SAME'),
                    dict(filter_shape=(2, 1, 2), strides=(1, 1, 2)))
     assert_matches_monte_carlo(self, net, x1, x2, n_samples=32)
 
+  # Exact: SingleLayerTest (standard parameterization) and
+  # `test_channels_first_equals_channels_last`.
+  @test_utils.full_tier_only
   def test_channels_first_standard_parameterization_matches_monte_carlo(self):
     # NCHW inputs and hidden layer, an OIHW filter; the readout turns the
     # layout back to channels last for the Monte Carlo estimator.
@@ -197,27 +229,6 @@ _LAYERS = (('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
 class StandardParameterizationTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(
-      (f'{name}_{case}', layer, b_std, s)
-      for name, layer in _LAYERS
-      for case, b_std, s in (('bias', 0.2, (1, 1)), ('no_bias_s', None, (2, 3)),
-                             ('bias_s', 0.2, (3, 2))))
-  def test_single_layer_ntk_is_exact(self, layer, b_std, s):
-    # At any width, the NTK of one standard layer `conv(x, W) / sqrt(s0) + b`
-    # is `sum_i x1[h + i] . x2[h' + i] / s0 + [bias]` (for each pair of
-    # output positions): compare with the explicit Jacobian contraction.
-    x1, x2 = inputs(*_1D)
-    init_fn, apply_fn, kernel_fn = layer(
-        2, (3,), padding='SAME', W_std=1.3, b_std=b_std,
-        parameterization='standard', s=s)
-    _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2, 1,
-                                            key(0))
-    k = kernels(kernel_fn, x1, x2)
-    self.assertAllClose(k.ntk, ntk)
-    # The NNGP does not depend on the parameterization.
-    ntk_param = layer(2, (3,), padding='SAME', W_std=1.3, b_std=b_std)
-    self.assertAllClose(k.nngp, kernels(ntk_param[2], x1, x2).nngp)
-
-  @parameterized.named_parameters(
       ('bias', 0.2, (1, 1)),
       ('no_bias', None, (1, 1)),
       ('bias_s', 0.2, (3, 2)),
@@ -275,6 +286,44 @@ class StandardParameterizationTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(apply_fn((W, b), x), expected / 2 + b)
 
 
+class SingleLayerTest(test_utils.NeuralTangentsTestCase):
+  """One layer on (masked) inputs: NNGP and NTK are exact Jacobian
+  contractions (`_jacobian_kernels`), at any width."""
+
+  @test_utils.sample_product(
+      layer=dict(_LAYERS),
+      padding=('VALID', 'SAME', 'CIRCULAR'),
+      geometry={
+          '1d_stride2': (_1D, dict(filter_shape=(3,), strides=(2,))),
+          '2d': (_2D, dict(filter_shape=(3, 2), strides=(1, 2))),
+          '3d': (((2, 3, 3, 2, 1), (1, 3, 3, 2, 1)),
+                 dict(filter_shape=(2, 1, 2), strides=(1, 1, 2))),
+      },
+      # (parameterization, bias and `s`, masked inputs), coupled.
+      variant={
+          'ntk_bias': ('ntk', dict(b_std=0.2, s=(1, 1)), False),
+          'ntk_no_bias_masked': ('ntk', dict(b_std=None, s=(1, 1)), True),
+          'standard_bias_s_masked': ('standard', dict(b_std=0.2, s=(3, 2)),
+                                     True),
+          'standard_no_bias_s': ('standard', dict(b_std=None, s=(2, 3)),
+                                 False),
+      })
+  def test_kernels_are_jacobian_contractions(self, layer, padding, geometry,
+                                             variant):
+    shapes, args = geometry
+    parameterization, bias, masked = variant
+    x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
+    args = dict(args, out_chan=2, padding=padding, W_std=1.3, **bias)
+    kwargs = dict(mask_constant=mask_constant) if masked else {}
+    k = kernels(layer(parameterization=parameterization, **args)[2], x1, x2,
+                **kwargs)
+    nngp, ntk = _jacobian_kernels(
+        (layer, dict(args, parameterization=parameterization)), x1, x2,
+        mask_constant)
+    self.assertAllClose(k.nngp, nngp, msg='nngp')
+    self.assertAllClose(k.ntk, ntk, msg='ntk')
+
+
 class NoSpatialDimensionsTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.named_parameters(*_LAYERS)
@@ -304,25 +353,24 @@ class NoSpatialDimensionsTest(test_utils.NeuralTangentsTestCase):
 
 class ConvTransposeTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
-      ('1d_same_stride2', ((2, 4, 3), (1, 4, 3)),
-       dict(filter_shape=(3,), strides=(2,), padding='SAME'),
-       dict(filter_shape=(2,), padding='VALID'), (dict(padding='CIRCULAR'), {}),
-       False),
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
       # Masked trailing positions wrap around as zeros, as SAME padding's:
       # the wrong network changes the first filter instead.
-      ('1d_circular_masked', ((2, 4, 3), (1, 4, 3)),
-       dict(filter_shape=(3,), strides=(2,), padding='CIRCULAR'),
-       dict(filter_shape=(3,), padding='CIRCULAR'),
-       (dict(filter_shape=(2,)), {}), True),
-      ('2d_valid_then_same', ((2, 3, 2, 2), (1, 3, 2, 2)),
-       dict(filter_shape=(2, 3), strides=(2, 1), padding='VALID'),
-       dict(filter_shape=(2, 2), padding='SAME'),
-       ({}, dict(padding='CIRCULAR')), False),
-  )
+      [('1d_circular_masked', ((2, 4, 3), (1, 4, 3)),
+        dict(filter_shape=(3,), strides=(2,), padding='CIRCULAR'),
+        dict(filter_shape=(3,), padding='CIRCULAR'),
+        (dict(filter_shape=(2,)), {}), True)],
+      [('1d_same_stride2', ((2, 4, 3), (1, 4, 3)),
+        dict(filter_shape=(3,), strides=(2,), padding='SAME'),
+        dict(filter_shape=(2,), padding='VALID'),
+        (dict(padding='CIRCULAR'), {}), False),
+       ('2d_valid_then_same', ((2, 3, 2, 2), (1, 3, 2, 2)),
+        dict(filter_shape=(2, 3), strides=(2, 1), padding='VALID'),
+        dict(filter_shape=(2, 2), padding='SAME'),
+        ({}, dict(padding='CIRCULAR')), False)]))
   def test_matches_monte_carlo(self, shapes, first, second, wrong, masked):
     x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
-    assert_matches_monte_carlo(
+    _float32_monte_carlo(
         self, conv_net(stax.ConvTranspose, first, second), x1, x2,
         wrong_net=conv_net(stax.ConvTranspose, dict(first, **wrong[0]),
                            dict(second, **wrong[1])),
@@ -356,6 +404,9 @@ class ConvTransposeTest(test_utils.NeuralTangentsTestCase):
 
 class ConvLocalTest(test_utils.NeuralTangentsTestCase):
 
+  # Exact: SingleLayerTest; `test_2d_full_covariance_after_nonlinearity_...`
+  # is the default tier's estimate of this layer.
+  @test_utils.full_tier_only
   @parameterized.named_parameters(('unmasked', False), ('masked', True))
   def test_1d_matches_monte_carlo(self, masked):
     x1, x2, mask_constant = maybe_masked_inputs(_1D, masked)
@@ -377,7 +428,7 @@ class ConvLocalTest(test_utils.NeuralTangentsTestCase):
                        b_std=0.3),
         stax.Relu(), stax.AvgPool((2, 2), padding='SAME'),
         stax.Conv(out_chan, (1, 1), W_std=1.2, b_std=0.1))
-    assert_matches_monte_carlo(self, net, x1, x2)
+    _float32_monte_carlo(self, net, x1, x2)
 
   def test_tied_weights_equal_conv(self):
     x = inputs(*_2D)[0]
@@ -409,9 +460,11 @@ class ConvLocalTest(test_utils.NeuralTangentsTestCase):
 
 class EmpiricalNtkTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
-      ('conv', stax.Conv), ('conv_transpose', stax.ConvTranspose),
-      ('conv_local', stax.ConvLocal))
+  # Conv in the default tier (all with NT_TEST_FULL=1); every layer's NTK is
+  # pinned exactly by SingleLayerTest.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('conv', stax.Conv)],
+      [('conv_transpose', stax.ConvTranspose), ('conv_local', stax.ConvLocal)]))
   def test_empirical_ntk_converges_to_analytic(self, layer):
     x1, x2 = inputs(*_2D)
     net = lambda width: stax.serial(

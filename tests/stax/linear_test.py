@@ -10,31 +10,41 @@ from tests import test_utils
 from tests import upstream_reference
 
 
-_MC_TOL = 0.05  # relative to the kernel's largest entry.
+_MC_TOL = test_utils.MC_TOL
 
 _inputs = test_utils.stax_inputs
 
 
+def _float32_monte_carlo_errors(network, x1, x2):
+  """`monte_carlo_errors` with float32 inputs and params."""
+  with jax.enable_x64(False):
+    x1, x2 = (jnp.asarray(x, jnp.float32) for x in (x1, x2))
+    return test_utils.monte_carlo_errors(*network, x1, x2)
+
+
 class DenseTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
-      ('ntk_bias', 'ntk', 0.3, (1, 1), (1, 1)),
-      ('ntk_no_bias', 'ntk', None, (1, 1), (1, 1)),
-      ('standard_bias', 'standard', 0.3, (1, 1), (1, 1)),
-      # Hidden layer of 2 * 512 channels, read as 512 nominal ones.
-      ('standard_s', 'standard', 0.3, (1, 2), (2, 1)),
-  )
+  # One estimate in the default tier (all with NT_TEST_FULL=1). Exact
+  # references: `test_single_dense_kernel_is_exact`,
+  # `test_single_standard_dense_ntk_is_exact` (Jacobian contraction),
+  # `test_standard_parameterization_matches_reference` (two layers, `s`) and
+  # elementwise_test's `test_one_hidden_layer_matches_numpy` (Dense -> Relu ->
+  # Dense in closed form).
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('ntk_bias', 'ntk', 0.3, (1, 1), (1, 1))],
+      [('ntk_no_bias', 'ntk', None, (1, 1), (1, 1)),
+       ('standard_bias', 'standard', 0.3, (1, 1), (1, 1)),
+       # Hidden layer of 2 * 512 channels, read as 512 nominal ones.
+       ('standard_s', 'standard', 0.3, (1, 2), (2, 1))]))
   def test_matches_monte_carlo(self, parameterization, b_std, s1, s2):
     width = 1024 // s1[1]
-    init_fn, apply_fn, kernel_fn = stax.serial(
+    network = stax.serial(
         stax.Dense(width, W_std=1.5, b_std=b_std,
                    parameterization=parameterization, s=s1),
         stax.Relu(),
         stax.Dense(256, W_std=1.2, b_std=b_std,
                    parameterization=parameterization, s=s2))
-    x1, x2 = _inputs()
-    nngp_err, ntk_err = test_utils.monte_carlo_errors(
-        init_fn, apply_fn, kernel_fn, x1, x2)
+    nngp_err, ntk_err = _float32_monte_carlo_errors(network, *_inputs())
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
 
@@ -164,15 +174,28 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
 
 class FlattenTest(test_utils.NeuralTangentsTestCase):
 
+  @test_utils.full_tier_only  # Exact: test_kernels_are_position_averages.
   def test_matches_monte_carlo_on_images(self):
-    init_fn, apply_fn, kernel_fn = stax.serial(
+    network = stax.serial(
         stax.Dense(1024, W_std=1.5, b_std=0.2), stax.Relu(), stax.Flatten(),
         stax.Dense(256, W_std=1.1, b_std=0.1))
-    x1, x2 = _inputs((2, 3, 2, 3), (2, 3, 2, 3))
-    nngp_err, ntk_err = test_utils.monte_carlo_errors(
-        init_fn, apply_fn, kernel_fn, x1, x2)
+    nngp_err, ntk_err = _float32_monte_carlo_errors(
+        network, *_inputs((2, 3, 2, 3), (2, 3, 2, 3)))
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
+
+  def test_kernels_are_position_averages(self):
+    # Flattened positions are independent channels: both kernels are those
+    # below averaged over the pairs of equal positions.
+    below = stax.serial(stax.Dense(8, W_std=1.5, b_std=0.2), stax.Relu(),
+                        stax.Dense(8, W_std=1.2, b_std=0.1))
+    x1, x2 = _inputs((2, 3, 2, 3), (2, 3, 2, 3))
+    k_below = below[2](x1, x2, diagonal_spatial=True)
+    k = stax.Flatten()[2](k_below)
+    self.assertGreater(test_utils.relative_error(k_below.ntk, k_below.nngp),
+                       0.1)
+    self.assertAllClose(k.nngp, jnp.mean(k_below.nngp, (2, 3)))
+    self.assertAllClose(k.ntk, jnp.mean(k_below.ntk, (2, 3)))
 
   def test_flatten_needs_only_spatial_diagonal(self):
     _, _, kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Flatten(),

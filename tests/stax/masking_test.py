@@ -10,7 +10,7 @@ from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import requirements
 from tests import test_utils
 
-_MC_TOL = 0.05  # relative to the kernel's largest entry.
+_MC_TOL = test_utils.MC_TOL
 _PAD = 7.  # Padding value, masked with `mask_constant`.
 
 
@@ -110,9 +110,12 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
         stax.Dense(256, W_std=1.3, b_std=0.2))
     x1 = stax.MaskedArray(x1, mask1)
     x2 = stax.MaskedArray(x2, mask2)
-    nngp_err, ntk_err = test_utils.monte_carlo_errors(
-        init_fn, _values(apply_fn), kernel_fn, x1, x2, n_nngp=128, n_ntk=24,
-        batch_size=8)
+    with jax.enable_x64(False):  # Inputs and params in float32.
+      f32 = lambda x: stax.MaskedArray(jnp.asarray(x.masked_value,
+                                                   jnp.float32), x.mask)
+      nngp_err, ntk_err = test_utils.monte_carlo_errors(
+          init_fn, _values(apply_fn), kernel_fn, f32(x1), f32(x2), n_nngp=128,
+          n_ntk=24, batch_size=8)
     self.assertLess(nngp_err, _MC_TOL)
     self.assertLess(ntk_err, _MC_TOL)
     # The test can tell masking from none: without the mask the padding
@@ -192,6 +195,10 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(_values(apply_fn)(params, masked),
                         apply_fn(params, x[:, :3]))
 
+  # Exact: pooling_test's `ExactKernelTest` (masked cases) and
+  # `test_masked_average_is_over_unmasked_entries`; this file's
+  # `test_matches_monte_carlo` estimates a masked network.
+  @test_utils.full_tier_only
   def test_pooling_matches_monte_carlo(self):
     if not requirements.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking:
       self.skipTest('`GlobalAvgPool` does not support masking.')

@@ -11,7 +11,7 @@ from neural_tangents._src.stax.masking import MaskedArray
 from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
 
-_MC_TOL = 0.05  # max error relative to the kernel's largest entry.
+_MC_TOL = test_utils.MC_TOL
 
 
 _inputs = test_utils.graded_inputs
@@ -25,13 +25,14 @@ def _numpy_layer_norm(x, axes, eps):
 
 class LayerNormTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
-      ('fc_channels', (3, 4), (2, 4), -1, stax.Relu),
-      ('sequence_positions_and_channels', (2, 3, 2), (1, 3, 2), (1, 2),
-       stax.Gelu),
-      ('image_one_spatial_axis', (1, 2, 2, 2), (1, 2, 2, 2), (-2, -1),
-       stax.Erf),
-  )
+  # One estimate in the default tier (all with NT_TEST_FULL=1); the kernel
+  # map is pinned exactly by `test_kernels_are_divided_by_root_variances`.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('fc_channels', (3, 4), (2, 4), -1, stax.Relu)],
+      [('sequence_positions_and_channels', (2, 3, 2), (1, 3, 2), (1, 2),
+        stax.Gelu),
+       ('image_one_spatial_axis', (1, 2, 2, 2), (1, 2, 2, 2), (-2, -1),
+        stax.Erf)]))
   def test_kernel_matches_monte_carlo(self, shape1, shape2, axis, nonlin):
     def network(normalize):
       return stax.serial(
@@ -51,6 +52,49 @@ class LayerNormTest(test_utils.NeuralTangentsTestCase):
     self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
     self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
     self.assertGreater(test_utils.relative_error(nngp, unnormalized), _MC_TOL)
+
+  # Per-position and whole-example statistics; per-position on sequences
+  # and one axis of images with NT_TEST_FULL=1.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('fc_channels', (3, 4), (2, 4), -1),
+       ('sequence_positions_and_channels', (2, 3, 2), (3, 3, 2), (1, 2))],
+      [('sequence_channels', (2, 3, 2), (3, 3, 2), -1),
+       ('image_one_spatial_axis', (2, 2, 3, 2), (1, 2, 3, 2), (-2, -1))]))
+  def test_kernels_are_divided_by_root_variances(self, shape1, shape2, axis):
+    # Inside a network (NTK != NNGP below): both kernels are those below
+    # divided by `sqrt(v1 v2)`, `v` each example's variance averaged over the
+    # normalized positions.
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(shape1, shape2, np.float64)
+      below = stax.serial(stax.Dense(3, W_std=1.5, b_std=0.3), stax.Relu(),
+                          stax.Dense(3, W_std=1.2, b_std=0.2))
+      k_below = below[2](x1, x2)
+      k = stax.LayerNorm(axis=axis, eps=0.)[2](k_below)
+      n_spatial = len(shape1) - 2
+      axes = {a % len(shape1) for a in
+              ((axis,) if isinstance(axis, int) else axis)}
+      def variances(cov):  # (N, S_1, S_1', ...) -> (N, S_1, ...)
+        v = np.asarray(cov)
+        for _ in range(n_spatial):
+          v = np.diagonal(v, axis1=1, axis2=2)  # moved last
+        for i in range(n_spatial):  # mean over normalized positions
+          if 1 + i in axes:
+            v = np.mean(v, axis=1 + i, keepdims=True)
+        return v
+      v1, v2 = variances(k_below.cov1), variances(k_below.cov2)
+      # `sqrt(v1 v2)` in the (N1, N2, S_1, S_1', ...) layout.
+      order = [0, 1]
+      for i in range(n_spatial):
+        order += [2 + i, 2 + n_spatial + i]
+      v1 = v1.reshape(v1.shape[:1] + (1,) + v1.shape[1:] + (1,) * n_spatial)
+      v2 = v2.reshape((1,) + v2.shape[:1] + (1,) * n_spatial + v2.shape[1:])
+      norm = np.sqrt(np.transpose(v1 * v2, order))
+      self.assertGreater(test_utils.relative_error(k_below.ntk, k_below.nngp),
+                         0.1)
+      self.assertAllClose(k.nngp, np.asarray(k_below.nngp) / norm,
+                          rtol=1e-10, atol=1e-12)
+      self.assertAllClose(k.ntk, np.asarray(k_below.ntk) / norm, rtol=1e-10,
+                          atol=1e-12)
 
   def test_kernel_divides_by_root_mean_variances(self):
     # Dense -> LayerNorm over (positions, channels): a closed form in numpy.

@@ -1,11 +1,13 @@
 """Tests of `AvgPool`, `SumPool`, `GlobalAvgPool` and `GlobalSumPool`.
 
 Pooling is a fixed linear map, so on raw inputs its kernel is exactly the
-covariance of the pooled inputs; inside networks, kernels are checked against
-Monte Carlo estimates (helpers in `test_utils`).
+covariance of the pooled inputs, and inside networks its NNGP and NTK are the
+kernels below with the pooling applied to both sides; one Monte Carlo estimate
+(helpers in `test_utils`) checks a finite network, all with NT_TEST_FULL=1.
 """
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -124,6 +126,67 @@ class ExactKernelTest(test_utils.NeuralTangentsTestCase):
                         kernels(stax.GlobalAvgPool()[2], x, None, 'nngp'))
 
 
+def _pool_both_sides(apply_fn, k, n_spatial):
+  """A `(N1, N2, S_1, S_1', ...)` kernel with the linear map `apply_fn` of a
+  pooling layer applied to the positions of each side: `P K P^T`."""
+  n1, n2 = k.shape[:2]
+  spatial1 = k.shape[2::2]
+  spatial2 = k.shape[3::2]
+  # (N1, S..., [N2, S'...]) -> pool the first side's positions.
+  x = jnp.transpose(k, (0,) + tuple(range(2, 2 + 2 * n_spatial, 2)) + (1,) +
+                    tuple(range(3, 3 + 2 * n_spatial, 2)))
+  y = apply_fn((), x.reshape((n1,) + spatial1 + (-1,)))
+  t1 = y.shape[1:-1]
+  y = y.reshape((n1,) + t1 + (n2,) + spatial2)
+  # (N2, S'..., [N1, T...]) -> pool the second side's positions.
+  m = len(t1)
+  y = jnp.transpose(y, tuple(range(m + 1, 2 * m + 2 + n_spatial - m)) +
+                    tuple(range(m + 1)))
+  z = apply_fn((), y.reshape((n2,) + spatial2 + (-1,)))
+  t2 = z.shape[1:-1]
+  z = z.reshape((n2,) + t2 + (n1,) + t1)
+  # (N2, T'..., N1, T...) -> (N1, N2, T_1, T_1', ...).
+  order = [m + 1, 0]
+  for i in range(m):
+    order += [m + 2 + i, 1 + i]
+  return jnp.transpose(z, order)
+
+
+_REPRESENTATIVE_POOLS = ('avg_1d_circular', 'avg_2d_same_normalized',
+                         'sum_2d_valid', 'global_avg_1d', 'global_sum_2d')
+
+
+class KernelOfPooledNetworkTest(test_utils.NeuralTangentsTestCase):
+  """Pooling is linear: after it, the NNGP and the NTK are those before it
+  with the pooling applied to the positions of each side."""
+
+  # Each kind of pooling, padding and dimension (every pooling with
+  # NT_TEST_FULL=1); `ExactKernelTest` checks each on raw inputs.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [p[:4] for p in _POOLS if p[0] in _REPRESENTATIVE_POOLS],
+      [p[:4] for p in _POOLS if p[0] not in _REPRESENTATIVE_POOLS]))
+  def test_kernels_are_pooled_kernels_below(self, layer, shapes, args):
+    x1, x2 = inputs(*shapes)
+    n_spatial = len(shapes[0]) - 2
+    below = stax.serial(stax.Dense(3, W_std=1.5, b_std=0.3), stax.Relu(),
+                        stax.Dense(3, W_std=1.2, b_std=0.2))
+    pool = layer(**args)
+
+    @jax.jit
+    def both(x1, x2):
+      k_below = below[2](x1, x2)
+      return k_below, pool[2](k_below)
+    k_below, k = both(x1, x2)
+    for name in ('nngp', 'ntk'):
+      self.assertAllClose(
+          getattr(k, name),
+          _pool_both_sides(pool[1], getattr(k_below, name), n_spatial),
+          msg=name)
+    # The NTK below differs from the NNGP: a map confusing them would fail.
+    self.assertGreater(
+        test_utils.relative_error(k_below.ntk, k_below.nngp), 0.1)
+
+
 def pool_net(pool, n_spatial):
   """`out_chan` -> Conv, Relu, `pool`, then a 1x1 Conv (Dense after global
   pooling) readout of `out_chan` channels."""
@@ -139,27 +202,38 @@ def pool_net(pool, n_spatial):
   return net
 
 
-class MonteCarloTest(test_utils.NeuralTangentsTestCase):
+def _float32(*xs):
+  return [None if x is None else jnp.asarray(x, jnp.float32) for x in xs]
 
-  @parameterized.named_parameters(
-      ('avg_2d_same_normalized_masked', stax.AvgPool, _2D,
-       dict(window_shape=(3, 2), strides=(2, 1), padding='SAME',
-            normalize_edges=True), True),
-      ('avg_1d_circular', stax.AvgPool, _1D,
-       dict(window_shape=(3,), strides=(2,), padding='CIRCULAR'), False),
-      ('sum_1d_valid_masked', stax.SumPool, _1D,
-       dict(window_shape=(3,), strides=(2,), padding='VALID'), True),
-      ('sum_2d_same', stax.SumPool, _2D,
-       dict(window_shape=(2, 2), padding='SAME'), False),
-      ('global_avg_2d_masked', stax.GlobalAvgPool, _2D, {}, True),
-      ('global_sum_1d', stax.GlobalSumPool, _1D, {}, False),
-  )
+
+class MonteCarloTest(test_utils.NeuralTangentsTestCase):
+  """Wide finite networks, in float32: one representative in the default
+  tier; pooling's kernel maps are pinned exactly by `ExactKernelTest` (raw
+  and masked inputs) and `KernelOfPooledNetworkTest` (NNGP and NTK inside a
+  network)."""
+
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('avg_2d_same_normalized_masked', stax.AvgPool, _2D,
+        dict(window_shape=(3, 2), strides=(2, 1), padding='SAME',
+             normalize_edges=True), True)],
+      [('avg_1d_circular', stax.AvgPool, _1D,
+        dict(window_shape=(3,), strides=(2,), padding='CIRCULAR'), False),
+       ('sum_1d_valid_masked', stax.SumPool, _1D,
+        dict(window_shape=(3,), strides=(2,), padding='VALID'), True),
+       ('sum_2d_same', stax.SumPool, _2D,
+        dict(window_shape=(2, 2), padding='SAME'), False),
+       ('global_avg_2d_masked', stax.GlobalAvgPool, _2D, {}, True),
+       ('global_sum_1d', stax.GlobalSumPool, _1D, {}, False)]))
   def test_matches_monte_carlo(self, layer, shapes, args, masked):
     x1, x2, mask_constant = maybe_masked_inputs(shapes, masked)
     n_spatial = len(shapes[0]) - 2
-    assert_matches_monte_carlo(self, pool_net(layer(**args), n_spatial),
-                               x1, x2, mask_constant=mask_constant)
+    with jax.enable_x64(False):
+      x1, x2 = _float32(x1, x2)
+      assert_matches_monte_carlo(self, pool_net(layer(**args), n_spatial),
+                                 x1, x2, mask_constant=mask_constant)
 
+  # Exact: `KernelOfPooledNetworkTest` pins the pairing of all taps.
+  @test_utils.full_tier_only
   def test_pooling_is_not_a_diagonal_convolution(self):
     # Pooling pairs all taps of two windows; a wrong kernel pairing only equal
     # taps (as a shared filter would) gives the kernel of `Conv` instead,
@@ -179,11 +253,12 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
 
 class EmpiricalNtkTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(
-      ('avg', stax.AvgPool((2, 2), padding='SAME', normalize_edges=True)),
-      ('sum', stax.SumPool((2, 2), (2, 1), padding='CIRCULAR')),
-      ('global_avg', stax.GlobalAvgPool()),
-  )
+  # One pooling in the default tier (all with NT_TEST_FULL=1); the NTK of
+  # each pooling is pinned exactly by `KernelOfPooledNetworkTest`.
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('avg', stax.AvgPool((2, 2), padding='SAME', normalize_edges=True))],
+      [('sum', stax.SumPool((2, 2), (2, 1), padding='CIRCULAR')),
+       ('global_avg', stax.GlobalAvgPool())]))
   def test_empirical_ntk_converges_to_analytic(self, pool):
     x1, x2 = inputs(*_2D)
     is_global = pool[0].__name__.startswith('Global')
@@ -277,8 +352,8 @@ class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
     self.assertGreater(
         float(jnp.max(jnp.abs(net[2](x1, padded, 'nngp') - k.nngp))), 1e-3)
 
-  # VALID padding with NT_TEST_FULL=1 (`test_kernel_fn_of_different_sizes_
-  # matches_monte_carlo` covers it).
+  # VALID padding with NT_TEST_FULL=1 (as
+  # `test_kernel_fn_of_different_sizes_matches_monte_carlo`, which covers it).
   @parameterized.named_parameters(*test_utils.full_tier_cases(
       [('same', 'SAME'), ('circular', 'CIRCULAR')], [('valid', 'VALID')]))
   def test_windows_of_each_side_in_two_dimensions(self, padding):
@@ -291,18 +366,22 @@ class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
                       stax.AvgPool((2, 2), padding='SAME'),
                       stax.ImageResize((-1, 3, 3, -1), 'linear'),
                       stax.GlobalSumPool(), stax.Dense(1))
-    k = net[2](_kernel_of_inputs_of_different_sizes(x1, x2))
-    swapped = net[2](_kernel_of_inputs_of_different_sizes(x2, x1))
+    # Jitted: one compilation per input shape instead of every op's.
+    kernel_fn = jax.jit(net[2], static_argnames=('get', 'diagonal_batch'))
+    k = kernel_fn(_kernel_of_inputs_of_different_sizes(x1, x2))
+    swapped = kernel_fn(_kernel_of_inputs_of_different_sizes(x2, x1))
     self.assertEqual(k.nngp.shape, (2, 3))
     self.assertAllClose(k.nngp, swapped.nngp.T, rtol=1e-12, atol=1e-14)
     self.assertAllClose(k.ntk, swapped.ntk.T, rtol=1e-12, atol=1e-14)
     # The hand-built input kernel is the one `kernel_fn` builds.
-    same = net[2](_kernel_of_inputs_of_different_sizes(x1, x1[:1]))
-    self.assertAllClose(same.nngp, net[2](x1, x1[:1], 'nngp'), rtol=1e-12,
+    same = kernel_fn(_kernel_of_inputs_of_different_sizes(x1, x1[:1]))
+    self.assertAllClose(same.nngp, kernel_fn(x1, x1[:1], 'nngp'), rtol=1e-12,
                         atol=1e-14)
-    self.assertAllClose(k.cov1, net[2](x1, None, 'cov1', diagonal_batch=True),
+    self.assertAllClose(k.cov1, kernel_fn(x1, None, 'cov1',
+                                          diagonal_batch=True),
                         rtol=1e-12, atol=1e-14)
-    self.assertAllClose(k.cov2, net[2](x2, None, 'cov1', diagonal_batch=True),
+    self.assertAllClose(k.cov2, kernel_fn(x2, None, 'cov1',
+                                          diagonal_batch=True),
                         rtol=1e-12, atol=1e-14)
 
   def test_layers_comparing_positions_one_to_one_raise(self):
@@ -318,6 +397,9 @@ class DifferentSpatialSizesTest(test_utils.NeuralTangentsTestCase):
       stax.ConvLocal(4, (2,))[2](k)
 
 
+  # Exact: `test_global_pooling_matches_explicit_sums` (explicit sums over
+  # positions) and `test_windows_of_each_side_in_two_dimensions`.
+  @test_utils.full_tier_only
   def test_kernel_fn_of_different_sizes_matches_monte_carlo(self):
     # Issue 21 item 9 end to end: `kernel_fn(x1, x2)` with x1 5x4 and x2 3x3
     # images, read out by global pooling, against a wide finite network.
