@@ -345,7 +345,11 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
 # halves the compilation (most of a first call), and they run in milliseconds
 # either way. Larger ones, and every `kernel_fn` the user jits, get XLA's
 # defaults.
-SMALL_KERNEL_ENTRIES = 2**20
+# Off (0) for now: at optimization level 0 the arc-cosine kernels near
+# correlation 1 round differently (float32 1.5e-4 relative on `ABRelu`
+# diagonals, float64 3e-9) from the eager and jitted paths, which the
+# representation tests catch. Raise it again once that is understood.
+SMALL_KERNEL_ENTRIES = 0
 
 
 def _kernel_entries(x: Any) -> int:

@@ -79,11 +79,19 @@ def _array_spec(leaf: Any) -> Optional[tuple[Any, ...]]:
   """`(kind, shape, dtype, weak_type)` of a concrete array leaf, else None."""
   if isinstance(leaf, jax.core.Tracer):
     raise _Traced()
+  if isinstance(leaf, np.ma.MaskedArray):  # Converted eagerly by the layers.
+    raise _Unhashable()
   if isinstance(leaf, jax.Array):
     return ('jax', leaf.shape, leaf.dtype, leaf.weak_type)
   if isinstance(leaf, np.ndarray):
     return ('numpy', leaf.shape, leaf.dtype)
   return None
+
+
+# Keyword arguments whose values the layers check eagerly (`Aggregate`'s
+# `pattern`: edges within the node count, equal pairs): calls with them run
+# eagerly, where the checks raise.
+VALUE_CHECKED_KEYWORDS = ('pattern',)
 
 
 class _Traced(Exception):
@@ -106,6 +114,8 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any]
     _Traced: an argument is a tracer.
     _Unhashable: a non-array leaf cannot be hashed.
   """
+  if any(name in kwargs for name in VALUE_CHECKED_KEYWORDS):
+    raise _Unhashable()  # Checked by value (e.g. edges): run eagerly.
   leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
   arrays, index_of, specs = [], {}, []
   for leaf in leaves:
