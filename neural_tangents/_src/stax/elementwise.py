@@ -153,10 +153,26 @@ def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
   """
   m = scaling.scale_above(jnp.maximum(q1, q2))
   u1, u2, v, e = alpha * (q1 / m), alpha * (q2 / m), alpha * (c / m), 1 / m
-  # `u1 u2 - v^2 >= 0` up to rounding, which the floor `e^2` (`D >= 1`)
-  # absorbs.
-  d = jnp.maximum(e**2 + e * (u1 + u2) + (u1 * u2 - v**2), e**2)
+  # `u1 u2 - v^2 >= 0` (Cauchy-Schwarz) is clamped at 0, so that rounding
+  # never takes `d` below `e (e + u1 + u2)`: for large variances that term is
+  # tiny (`e` down to 2^-127), and a rounding error of `u1 u2 - v^2` of
+  # either sign would swamp it.
+  d = e * (e + u1 + u2) + jnp.maximum(cauchy_schwarz_gap(u1, u2, v), 0)
   return m, v, jnp.sqrt(d)
+
+
+def cauchy_schwarz_gap(q1: Array, q2: Array, c: Array) -> Array:
+  """`q1 q2 - c^2`, exactly 0 where `q1 = q2 = |c|` however it is compiled.
+
+  Written as `(q1 - |c|) q2 + |c| (q2 - |c|)`: the differences are exact for
+  nearby values (Sterbenz), and on the diagonal of a kernel both terms are
+  exact zeros. The direct `q1 * q2 - c**2` is 0 there only when both products
+  round alike, which XLA's fused multiply-add contraction in a compiled
+  program does not ensure (it left a rounding error of `1e-7 q^2`, positive or
+  negative, against a determinant term of `1e-38` in float32).
+  """
+  abs_c = jnp.abs(c)
+  return (q1 - abs_c) * q2 + abs_c * (q2 - abs_c)
 
 
 # -----------------------------------------------------------------------------

@@ -68,7 +68,6 @@ Example:
 import dataclasses
 import functools
 import inspect
-import os
 from typing import Any, Callable, Optional
 
 import jax
@@ -333,21 +332,12 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
       out = _drop_ntk(out)
     return _select(out, names, single, get)
 
-  # Opt-in (`NT_COMPILE_KERNEL_FN=1`): unjitted, one XLA program per input
-  # signature instead of hundreds of op-by-op dispatches (see `compiled`).
-  # Off by default: XLA's whole-program optimizations change the numerics
-  # that keep float32 kernels scale-free (e.g. a bounded kernel's NTK at
-  # inputs x 1e19 in `elementwise_test.MagnitudeTest`), and level 0 rounds
-  # arc-cosine kernels near correlation 1 differently; op by op is exact.
-  if COMPILE_KERNEL_FN:
-    kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
+  # Unjitted, one XLA program per input signature instead of hundreds of
+  # op-by-op dispatches (see `compiled`; `NT_COMPILE_UNJITTED_CALLS=0` turns
+  # it off).
+  kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   return kernel_fn
-
-
-# Whether the public `kernel_fn` of layers compiles per input signature when
-# called unjitted (see `layer_kernel_fn`).
-COMPILE_KERNEL_FN = os.environ.get('NT_COMPILE_KERNEL_FN', '0') == '1'
 
 
 # Kernels of at most this many entries (`N1 N2 S^2`, S spatial positions) are
