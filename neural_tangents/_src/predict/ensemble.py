@@ -1,5 +1,6 @@
 """Gaussian outputs of ensembles of infinitely wide networks trained on MSE
 (`gradient_descent_mse_ensemble`), from a stax-style `kernel_fn`."""
+import functools
 import math
 from typing import Any, Callable, Optional, Sequence
 
@@ -32,6 +33,7 @@ from neural_tangents._src.predict.posterior import parse_posterior_get
 from neural_tangents._src.predict.posterior import Posterior
 from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
+from neural_tangents._src.stax.requirements import is_pairwise_kernel_fn
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -59,6 +61,61 @@ def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
           'compute "nngp" and "ntk").')
     kernels[name] = jnp.asarray(value)
   return kernels
+
+
+# Joint kernels (see `_joint_kernel_matrices`) are computed for at most this
+# many training and test points together.
+JOINT_KERNEL_MAX_POINTS = 512
+
+
+def _joint_kernel_matrices(
+    kernel_fn: Callable[..., Any], x_train: Any, x_test: Any,
+    names: Sequence[str], kwargs: dict[str, Any]
+) -> Optional[tuple[dict[str, Array], dict[str, Array], dict[str, Array]]]:
+  """Train-train, test-train and test-test kernels from one `kernel_fn` call.
+
+  A stax `kernel_fn` is pairwise (`is_pairwise_kernel_fn`), so the kernel of
+  `x = concatenate([x_train, x_test])` with itself holds all three blocks:
+
+    kernel_fn(x, None) = [[K(X, X),  K(X, x*)],
+                          [K(x*, X), K(x*, x*)]].
+
+  For few points a first prediction then traces and compiles one kernel
+  program instead of three (compilation is most of a first call); the
+  entries are those of the same formulas. Used only for plain arrays of one
+  shape and dtype, without keyword arguments, and at most
+  `JOINT_KERNEL_MAX_POINTS` points in all.
+
+  Returns:
+    `(train_train, test_train, test_test)` dicts by name, or `None` where the
+    joint call does not apply.
+  """
+  if kwargs or not is_pairwise_kernel_fn(kernel_fn):
+    return None
+  for x in (x_train, x_test):
+    if (not isinstance(x, (jax.Array, np.ndarray)) or np.ma.isMaskedArray(x)
+        or np.ndim(x) < 1):
+      return None
+  if (x_train.shape[1:] != x_test.shape[1:] or x_train.dtype != x_test.dtype
+      or getattr(x_train, 'weak_type', False) !=
+      getattr(x_test, 'weak_type', False)):
+    return None
+  n = x_train.shape[0]
+  if n + x_test.shape[0] > JOINT_KERNEL_MAX_POINTS:
+    return None
+  both = jnp.concatenate([jnp.asarray(x_train), jnp.asarray(x_test)])
+  return _split_blocks(_kernel_fn_matrices(kernel_fn, both, None, names, {}),
+                       n)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _split_blocks(joint: dict[str, Array], n: int
+                  ) -> tuple[dict[str, Array], dict[str, Array],
+                             dict[str, Array]]:
+  """The `[:n, :n]`, `[n:, :n]` and `[n:, n:]` blocks, in one program."""
+  return ({k: v[:n, :n] for k, v in joint.items()},
+          {k: v[n:, :n] for k, v in joint.items()},
+          {k: v[n:, n:] for k, v in joint.items()})
 
 
 def _is_pair(value: Any) -> bool:
@@ -277,13 +334,18 @@ def gradient_descent_mse_ensemble(
   n_pairs = len(layout.untraced)
   cache: dict[Any, Any] = {}
 
-  def train_kernels(kernels: Sequence[str]) -> dict[str, Array]:
-    """Unregularized train-train matrices; missing ones in one call."""
+  def train_kernels(kernels: Sequence[str],
+                    computed: Optional[dict[str, Array]] = None
+                    ) -> dict[str, Array]:
+    """Unregularized train-train matrices; missing ones in one call (or
+    `computed` already)."""
     fresh = {}
     missing = [k for k in kernels if ('k', k) not in cache]
     if missing:
-      computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
-                                     kernel_fn_train_train_kwargs)
+      if computed is None:
+        computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
+                                       kernel_fn_train_train_kwargs)
+      computed = {k: computed[k] for k in missing}
       for kernel, k in computed.items():
         check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
                      layout, trace_axes, square=True)
@@ -350,16 +412,21 @@ def gradient_descent_mse_ensemble(
     # flow kernels are computed (to check them), no prior.
     needed = kernels_needed(names, compute_cov and not (on_train and
                                                         t is None))
-    k_train = train_kernels(needed)
-    dtype = jnp.result_type(*k_train.values())
     priors = tuple(k for k in needed if compute_cov and any(
         POSTERIORS[name].prior == k for name in names))
+    joint = None
+    if not on_train and any(('k', k) not in cache for k in needed):
+      joint = _joint_kernel_matrices(
+          kernel_fn, x_train, x_test, needed,
+          {**kernel_fn_train_train_kwargs, **kernel_fn_test_test_kwargs})
+    k_train = train_kernels(needed, joint and joint[0])
+    dtype = jnp.result_type(*k_train.values())
 
     if on_train:
       k_test_train, test_shape = k_train, y_train.shape
       k_test_test = {k: k_train[k] for k in priors}
     else:
-      kernels = _kernel_fn_matrices(
+      kernels = joint[1] if joint else _kernel_fn_matrices(
           kernel_fn, x_test, x_train, needed,
           _test_train_kwargs(kernel_fn_train_train_kwargs,
                              kernel_fn_test_test_kwargs))
@@ -371,10 +438,11 @@ def gradient_descent_mse_ensemble(
         k_test_train[kernel] = kernel_to_matrix(k.astype(dtype), n_pairs)
       k_test_test = {}
       if priors:
-        kernels = _kernel_fn_matrices(
-            kernel_fn, x_test, None, priors,
-            _test_test_kwargs(kernel_fn_train_train_kwargs,
-                              kernel_fn_test_test_kwargs))
+        kernels = {k: joint[2][k] for k in priors} if joint else (
+            _kernel_fn_matrices(
+                kernel_fn, x_test, None, priors,
+                _test_test_kwargs(kernel_fn_train_train_kwargs,
+                                  kernel_fn_test_test_kwargs)))
         k_test_test = {
             kernel: kernel_to_matrix(
                 k.astype(dtype), n_pairs,

@@ -68,6 +68,7 @@ Example:
 import dataclasses
 import functools
 import inspect
+import weakref
 from typing import Any, Callable, Optional
 
 import jax
@@ -337,7 +338,26 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
   # it off).
   kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
+  _PAIRWISE_KERNEL_FNS.add(kernel_fn)
   return kernel_fn
+
+
+# The public `kernel_fn`s built here (not wrappers that copy their
+# attributes, such as `nt.batch`'s).
+_PAIRWISE_KERNEL_FNS: 'weakref.WeakSet[Callable]' = weakref.WeakSet()
+
+
+def is_pairwise_kernel_fn(fn: Any) -> bool:
+  """Whether `fn` is the `kernel_fn` of a stax layer or combinator.
+
+  Such a kernel is pairwise: each entry `k(x1[i], x2[j])` depends on those
+  two inputs only, so `kernel_fn(concatenate([a, b]), None)` holds the blocks
+  `kernel_fn(a, None)`, `kernel_fn(b, a)` and `kernel_fn(b, None)`.
+  """
+  try:
+    return fn in _PAIRWISE_KERNEL_FNS
+  except TypeError:  # Not weakly referenceable.
+    return False
 
 
 # Kernels of at most this many entries (`N1 N2 S^2`, S spatial positions) are
