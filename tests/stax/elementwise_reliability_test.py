@@ -3,6 +3,7 @@ that make a kernel not PSD are refused, and closed forms stay accurate at
 small input scales."""
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,6 +36,35 @@ class ExpNormalizedGammaTest(test_utils.NeuralTangentsTestCase):
     k = np.asarray(kernel_fn(x, None, 'nngp'), np.float64)
     evals = np.linalg.eigvalsh((k + k.T) / 2)
     self.assertGreater(evals[0], -1e-5 * evals[-1])
+
+
+class CompiledLargeInputsTest(test_utils.NeuralTangentsTestCase):
+  """Jitted float32 bounded kernels at huge inputs: XLA's fused multiply-add
+  left a rounding error in `q1 q2 - c^2` that swamped the Gaussian
+  determinant (NTK off by 1e15 relative, or inf, at inputs x 1e15)."""
+
+  @parameterized.parameters('Erf', 'Gelu', 'Sigmoid_like')
+  def test_jitted_matches_float64(self, name):
+    kernel_fn = stax.serial(stax.Dense(8), getattr(stax, name)(),
+                            stax.Dense(1))[2]
+    jitted = jax.jit(kernel_fn, static_argnames='get')
+    x = np.random.RandomState(0).randn(3, 4).astype(np.float32) * 1e15
+    got = jitted(x, None, get=('nngp', 'ntk'))
+    want = kernel_fn(x.astype(np.float64), None, ('nngp', 'ntk'))
+    for g, w in zip(got, want):
+      self.assertEqual(g.dtype, np.float32)
+      np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-5,
+                                 atol=1e-5 * np.max(np.abs(w)))
+
+  def test_cauchy_schwarz_gap_is_exact_on_the_diagonal(self):
+    q = np.float32([3.526483, 1e30, 7e-30, 1.])
+    for fn in (elementwise.cauchy_schwarz_gap,
+               jax.jit(elementwise.cauchy_schwarz_gap)):
+      self.assertTrue(np.all(fn(q, q, q) == 0))
+      self.assertTrue(np.all(fn(q, q, -q) == 0))
+    q1, q2, c = 2., 3., np.sqrt(5.)
+    self.assertAllClose(elementwise.cauchy_schwarz_gap(q1, q2, c),
+                        q1 * q2 - c**2)
 
 
 if __name__ == '__main__':
