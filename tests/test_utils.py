@@ -9,7 +9,7 @@ import itertools
 import os
 import random
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 import zlib
 
 from absl.testing import absltest
@@ -157,9 +157,15 @@ def full_tier_cases(representative: Sequence[Any],
   return list(representative) + (list(extra) if FULL else [])
 
 
-# A whole test that runs only with `NT_TEST_FULL=1` (a heavier repetition of
-# what a default test checks).
-full_tier_only = absltest.skipUnless(FULL, 'set NT_TEST_FULL=1 to run it')
+def full_tier_only(test: Callable) -> Optional[Callable]:
+  """A whole test that exists only with `NT_TEST_FULL=1` (a heavier
+  repetition of what a default test checks).
+
+  In the default tier the decorated name is bound to `None`, so the test is
+  not collected at all (not even as a skip). Use it outermost, above any
+  `parameterized` decorator.
+  """
+  return test if FULL else None
 
 
 # The repository root (child processes get it as PYTHONPATH).

@@ -41,12 +41,28 @@ def _network(hidden: bool, **kwargs):
 
 
 # name, 2D inputs, hidden layer, layer kwargs, a wrong variant's kwargs,
-# (NNGP samples, NTK samples).
-_MC_CASES = (
+# (NNGP samples, NTK samples). The default tier covers each mechanism, each
+# positional embedding, both scalings, 1D and 2D inputs and a hidden layer;
+# the rest (`_MC_FULL_CASES`) run with NT_TEST_FULL=1. (Several heads of
+# SOFTMAX after a hidden layer: `test_different_spatial_sizes_read_out_by_
+# pooling` too.)
+_MC_FULL_CASES = (
     ('softmax_hidden', False, True,
      dict(n_heads=2, W_out_std=1.2, b_std=0.1),
      dict(n_heads=2, W_out_std=1.2, b_std=0.1, attention_mechanism='IDENTITY'),
      (128, 24)),
+    # Gaussian logits: noisier estimates, more heads and samples.
+    ('sqrt_identity_concat', False, False,
+     dict(linear_scaling=False, attention_mechanism='IDENTITY', n_heads=64,
+          pos_emb_type='CONCAT', n_chan_pos_emb=_WIDTH, val_pos_emb=True),
+     dict(linear_scaling=False, attention_mechanism='IDENTITY', n_heads=64),
+     (256, 32)),
+    ('sqrt_relu', False, False,
+     dict(linear_scaling=False, attention_mechanism='RELU', n_heads=32),
+     dict(linear_scaling=False, attention_mechanism='ABS', n_heads=32),
+     (512, 128)),
+)
+_MC_CASES = (
     ('identity_2d', True, False,
      dict(attention_mechanism='IDENTITY', W_key_std=0.8),
      dict(attention_mechanism='RELU', W_key_std=0.8), (128, 24)),
@@ -64,16 +80,6 @@ _MC_CASES = (
           pos_emb_decay_fn=_exp_decay, val_pos_emb=True, pos_emb_p_norm=1),
      dict(pos_emb_type='CONCAT', n_chan_pos_emb=_WIDTH,
           pos_emb_decay_fn=_exp_decay, pos_emb_p_norm=1), (128, 24)),
-    # Gaussian logits: noisier estimates, more heads and samples.
-    ('sqrt_identity_concat', False, False,
-     dict(linear_scaling=False, attention_mechanism='IDENTITY', n_heads=64,
-          pos_emb_type='CONCAT', n_chan_pos_emb=_WIDTH, val_pos_emb=True),
-     dict(linear_scaling=False, attention_mechanism='IDENTITY', n_heads=64),
-     (256, 32)),
-    ('sqrt_relu', False, False,
-     dict(linear_scaling=False, attention_mechanism='RELU', n_heads=32),
-     dict(linear_scaling=False, attention_mechanism='ABS', n_heads=32),
-     (512, 128)),
     ('sqrt_abs_2d', True, False,
      dict(linear_scaling=False, attention_mechanism='ABS', n_heads=32),
      dict(linear_scaling=False, attention_mechanism='IDENTITY', n_heads=32),
@@ -83,7 +89,8 @@ _MC_CASES = (
 
 class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
 
-  @parameterized.named_parameters(*_MC_CASES)
+  @parameterized.named_parameters(
+      *test_utils.full_tier_cases(_MC_CASES, _MC_FULL_CASES))
   def test_matches_monte_carlo(self, two_d, hidden, kwargs, wrong_kwargs,
                                n_samples):
     x1, x2 = _inputs(two_d)
