@@ -63,6 +63,8 @@ setuptools.setup(
         # `examples/datasets.py --dataset=mnist|cifar10|imdb_reviews`, with
         # the data already prepared locally.
         'tfds': ['tensorflow-datasets>=4.9'],
+        # `nt.experimental.empirical_ntk_fn_tf`: NTKs of TensorFlow models.
+        'tf': ['tensorflow>=2.16', 'tf2jax>=0.3.6'],
     },
     classifiers=[
         'Programming Language :: Python :: 3',

@@ -11,6 +11,7 @@ Example:
 
 __version__ = '0.7.0'
 
+from neural_tangents import experimental  # Imports nothing heavy.
 from neural_tangents import predict
 from neural_tangents import stax
 from neural_tangents._src.batching import batch

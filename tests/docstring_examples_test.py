@@ -7,6 +7,7 @@ importing them, and `x1`, `x2` (a few small float inputs of shape `(3, 4)` and
 """
 import doctest
 import importlib
+import importlib.util
 import pkgutil
 
 from absl.testing import absltest
@@ -18,6 +19,12 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+
+
+# Modules whose examples need an optional extra: skipped without it.
+_EXTRAS = {
+    'neural_tangents._src.experimental.empirical_tf': ('tensorflow', 'tf2jax'),
+}
 
 
 def _module_names() -> list[str]:
@@ -56,6 +63,10 @@ class DocstringExamplesTest(parameterized.TestCase):
   @parameterized.named_parameters(
       (name.replace('.', '_'), name) for name in _module_names())
   def test_examples_run(self, module_name):
+    missing = [m for m in _EXTRAS.get(module_name, ())
+               if importlib.util.find_spec(m) is None]
+    if missing:
+      self.skipTest(f'needs {missing}')
     # Examples show what a user sees by default: float32 arrays.
     x64 = jax.config.jax_enable_x64
     jax.config.update('jax_enable_x64', False)
