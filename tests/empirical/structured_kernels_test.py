@@ -64,5 +64,28 @@ class FallbackWarningTest(test_utils.NeuralTangentsTestCase):
         w.category, structured_kernels.StructuredFallbackWarning)])
 
 
+class ScaledParametersTest(test_utils.NeuralTangentsTestCase):
+  """Parameters scaled by constants before use (`w / c`, `c * w`, `w - c`):
+  the structured rules' leaf scalings, against an explicit contraction."""
+
+  def test_matches_explicit_jacobian_contraction(self):
+    def f(params, x):
+      w = params['w'] / 4.
+      v = 3. * params['v'] - 0.5
+      return jnp.tanh(x @ w) @ v / 2.
+
+    params = {'w': normal(3, (3, 5)), 'v': normal(4, (5, 2))}
+    x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
+    expected = explicit_ntk(f, params, x1, x2)
+    for vmap_axes in (None, 0):
+      ntk_fn = nt.empirical_ntk_fn(
+          f, vmap_axes=vmap_axes,
+          implementation=nt.NtkImplementation.STRUCTURED_DERIVATIVES)
+      with warnings.catch_warnings():
+        warnings.simplefilter('error')  # No fallback: the rules ran.
+        kernel = ntk_fn(x1, x2, params)
+      self.assertAllClose(kernel, expected, rtol=TOL, atol=TOL)
+
+
 if __name__ == '__main__':
   absltest.main()
