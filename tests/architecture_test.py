@@ -8,13 +8,19 @@ Two rules, stated in CONTRIBUTING.md ("Module boundaries"):
    `import m` followed by `m._x`, and `from pkg import _m` (a private module).
    Dunder names (`__version__`) are not private. Tests may use private names.
 2. **No import circle between the package's modules**, counting every import
-   (also those inside functions, which must not be used to dodge a circle).
+   (also those inside functions, which must not be used to dodge a circle),
+   and counting a package's `__init__.py` as a module: a circle through the
+   re-exports of an `__init__` is a circle too.
+
+And one size limit: **no module over 800 lines** (`_MAX_LINES`), except
+the modules of `_LONG_MODULES`, which may not grow past their recorded size.
 
 The checks read the source with `ast`; nothing is imported.
 """
 import ast
 import pathlib
 import tempfile
+from typing import Optional
 
 from absl.testing import absltest
 
@@ -120,11 +126,13 @@ def import_graph(root: pathlib.Path = _ROOT) -> dict[str, set[str]]:
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
-  """The strongly connected components with more than one module (Tarjan),
-  ignoring the edges from a package's `__init__` to its own submodules and
-  from a submodule to the packages above it (the package re-exports)."""
-  def counted(a, b):
-    return not (b.startswith(a + '.') or a.startswith(b + '.'))
+  """The strongly connected components with more than one module (Tarjan).
+
+  Every edge counts, also those from a package's `__init__` to its own
+  submodules and from a submodule to a package above it: `from pkg import
+  name` in `pkg.a` runs `pkg/__init__.py`, which may import `pkg.a` back.
+  (`from pkg import a`, `a` a submodule, is an edge to `pkg.a` itself.)
+  """
   index, low, stack, on_stack, circles = {}, {}, [], set(), []
   counter = [0]
 
@@ -134,8 +142,6 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     stack.append(v)
     on_stack.add(v)
     for w in sorted(graph[v]):
-      if not counted(v, w):
-        continue
       if w not in index:
         visit(w)
         low[v] = min(low[v], low[w])
@@ -156,6 +162,40 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     if v not in index:
       visit(v)
   return circles
+
+
+# A module longer than this is split by concept (CONTRIBUTING.md, "Layout").
+_MAX_LINES = 800
+# Modules over `_MAX_LINES` when the limit was set, with their line counts
+# then; each may not grow past it, and leaves the list once split:
+#   empirical/structured/rules.py: 902 lines (one `Rule` record per JAX
+#   primitive, grouped by family; see docs/dev/structured_derivatives.md).
+_LONG_MODULES = {
+    'neural_tangents/_src/empirical/structured/rules.py': 902,
+}
+
+
+def long_modules(root: pathlib.Path = _ROOT,
+                 allowed: Optional[dict[str, int]] = None) -> list[str]:
+  """Every module over `_MAX_LINES` lines that `allowed` (path -> lines, by
+  default `_LONG_MODULES`) does not allow, as `path: N lines`; and every
+  allowed module that grew past its entry or is no longer long."""
+  allowed = _LONG_MODULES if allowed is None else allowed
+  found = []
+  for path in package_modules(root).values():
+    rel = path.relative_to(root).as_posix()
+    lines = len(path.read_text().splitlines())
+    if rel in allowed:
+      if lines > allowed[rel]:
+        found.append(f'{rel}: {lines} lines, grew past the {allowed[rel]} '
+                     'allowed; split it by concept')
+      elif lines <= _MAX_LINES:
+        found.append(f'{rel}: {lines} lines, no longer over {_MAX_LINES}; '
+                     'remove it from `_LONG_MODULES`')
+    elif lines > _MAX_LINES:
+      found.append(f'{rel}: {lines} lines, over {_MAX_LINES}; split it by '
+                   'concept')
+  return sorted(found)
 
 
 class ArchitectureTest(absltest.TestCase):
@@ -185,6 +225,60 @@ class ArchitectureTest(absltest.TestCase):
                      [['neural_tangents.a', 'neural_tangents.b',
                        'neural_tangents.c']])
 
+  def test_the_circle_check_sees_circles_through_a_package_init(self):
+    tmp_dir = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp_dir.cleanup)
+    tmp = pathlib.Path(tmp_dir.name)
+    pkg = tmp / _PACKAGE
+    (pkg / 'p').mkdir(parents=True)
+    (pkg / '__init__.py').write_text('')
+    # `p/__init__.py` re-exports `p.a`, which needs `q`, which imports a name
+    # re-exported by `p`: p -> p.a -> q -> p.
+    (pkg / 'p' / '__init__.py').write_text(
+        'from neural_tangents.p.a import f\n')
+    (pkg / 'p' / 'a.py').write_text('from neural_tangents import q\n'
+                                    'def f():\n  return q.g()\n')
+    (pkg / 'q.py').write_text('from neural_tangents.p import f\n'
+                              'def g():\n  return 1\n')
+    # A submodule importing a name from its own package's `__init__`, which
+    # imports the submodule: r -> r.b -> r.
+    (pkg / 'r').mkdir()
+    (pkg / 'r' / '__init__.py').write_text('from . import b\nN = 1\n')
+    (pkg / 'r' / 'b.py').write_text('from neural_tangents.r import N\n')
+    # Not a circle: `from s import c` (a submodule) is an edge to `s.c`.
+    (pkg / 's').mkdir()
+    (pkg / 's' / '__init__.py').write_text(
+        'from neural_tangents.s.c import h\n')
+    (pkg / 's' / 'c.py').write_text('def h():\n  return 1\n')
+    (pkg / 's' / 'd.py').write_text('from neural_tangents.s import c\n')
+    self.assertEqual(import_circles(import_graph(tmp)),
+                     [['neural_tangents.p', 'neural_tangents.p.a',
+                       'neural_tangents.q'],
+                      ['neural_tangents.r', 'neural_tangents.r.b']])
+
+  def test_the_size_check_catches_long_modules(self):
+    tmp_dir = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp_dir.cleanup)
+    tmp = pathlib.Path(tmp_dir.name)
+    pkg = tmp / _PACKAGE
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('')
+    long_text = 'x = 1\n' * (_MAX_LINES + 1)
+    for name in ('new', 'grown', 'kept', 'split'):
+      (pkg / f'{name}.py').write_text(long_text)
+    (pkg / 'split.py').write_text('x = 1\n')
+    (pkg / 'grown.py').write_text(long_text + 'y = 2\n')
+    (pkg / 'short.py').write_text('x = 1\n' * _MAX_LINES)
+    allowed = {f'{_PACKAGE}/{name}.py': _MAX_LINES + 1
+               for name in ('grown', 'kept', 'split')}
+    found = long_modules(tmp, allowed)
+    self.assertLen(found, 3, found)
+    self.assertIn(f'{_PACKAGE}/grown.py: {_MAX_LINES + 2} lines, grew past',
+                  found[0])
+    self.assertIn(f'{_PACKAGE}/new.py: {_MAX_LINES + 1} lines, over',
+                  found[1])
+    self.assertIn(f'{_PACKAGE}/split.py: 1 lines, no longer over', found[2])
+
   def test_no_module_imports_another_modules_private_names(self):
     found = private_imports()
     self.assertEmpty(found, 'Give these helpers a public name in the module '
@@ -194,6 +288,12 @@ class ArchitectureTest(absltest.TestCase):
     circles = import_circles(import_graph())
     self.assertEmpty(circles, 'Import circles between modules:\n' +
                      '\n'.join(' <-> '.join(c) for c in circles))
+
+
+  def test_no_module_is_over_the_size_limit(self):
+    found = long_modules()
+    self.assertEmpty(found, f'Modules over {_MAX_LINES} lines:\n' +
+                     '\n'.join(found))
 
 
 if __name__ == '__main__':

@@ -424,13 +424,14 @@ class ErrorsTest(BatchTestCase):
 
   def test_negative_batch_size(self):
     _, _, kernel_fn = _network()
-    with self.assertRaisesRegex(ValueError, r'`batch_size` must be >= 0; '
-                                r'got -1\. Pass'):
+    with self.assertRaisesRegex(ValueError, r'`batch_size` must be a '
+                                r'non-negative int; got -1\. Pass'):
       nt.batch(kernel_fn, -1)
 
   def test_batch_size_type(self):
     _, _, kernel_fn = _network()
-    with self.assertRaisesRegex(TypeError, '`batch_size` must be an int'):
+    with self.assertRaisesRegex(TypeError,
+                                '`batch_size` must be a non-negative int'):
       nt.batch(kernel_fn, 2.5)
 
   def test_too_many_devices(self):
@@ -514,17 +515,8 @@ class FourDevicesTest(BatchTestCase):
 
 class ModuleLayoutTest(BatchTestCase):
 
-  def test_old_module_paths_reexport_the_package(self):
+  def test_the_package_exports_batch(self):
     from neural_tangents._src import batching  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src import batching_assembly  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src import batching_split  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src.batching import assembling  # pylint: disable=g-import-not-at-top
-    from neural_tangents._src.batching import splitting  # pylint: disable=g-import-not-at-top
-    for name in ('partition_static', 'merge_static', 'Grid', 'classify_kwarg',
-                 'is_array', 'take', 'stack'):
-      self.assertIs(getattr(batching_split, name), getattr(splitting, name))
-    for name in ('Assembler', 'leaf_specs', 'transpose_pair', 'Role'):
-      self.assertIs(getattr(batching_assembly, name), getattr(assembling, name))
     self.assertIs(nt.batch, batching.batch)
 
   def test_monte_carlo_uses_only_public_batching_names(self):

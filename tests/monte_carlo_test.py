@@ -414,7 +414,8 @@ class ErrorsTest(test_utils.NeuralTangentsTestCase):
       self._kernel_fn(2)(x1, x2, 'cov1')
 
   def test_batch_size_and_device_count(self):
-    with self.assertRaisesRegex(ValueError, '`batch_size` must be >= 0'):
+    with self.assertRaisesRegex(ValueError,
+                                '`batch_size` must be a non-negative int'):
       self._kernel_fn(2, batch_size=-3)
     n = jax.local_device_count()
     with self.assertRaisesRegex(ValueError, f'`device_count`={n + 1} is '

@@ -363,9 +363,7 @@ def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
   """`(counts, whether a generator is asked for)`, or raises."""
   fix = ('Pass a positive int, or an increasing sequence of positive ints '
          'such as [16, 64, 256].')
-  is_int = lambda n: (isinstance(n, (int, np.integer)) and
-                      not isinstance(n, (bool, np.bool_)))
-  if is_int(n_samples):
+  if arguments.is_int(n_samples):
     if n_samples < 1:
       raise ValueError(f'`n_samples` must be >= 1; got {n_samples}. {fix}')
     return (int(n_samples),), False
@@ -377,7 +375,7 @@ def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
     raise ValueError(f'`n_samples` must not be empty; got {n_samples!r}. '
                      f'{fix}')
   for n in counts:
-    if not is_int(n):
+    if not arguments.is_int(n):
       raise TypeError(f'`n_samples` must contain ints; got {n!r} in '
                       f'{n_samples!r}. {fix}')
     if n < 1:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents import stax
-from neural_tangents._src.stax import elementwise
+from neural_tangents._src.stax import kernel_maps
 from tests import test_utils
 
 
@@ -125,9 +125,9 @@ class SinSmallInputsTest(test_utils.NeuralTangentsTestCase):
   def test_kernel_map_float32_relative_accuracy(self, scale, layer):
     name, (a, b, shift), sin2, cos2 = layer
     if name == 'cos':
-      kernel_map = elementwise.sin_kernel_map(a, b, shift + np.pi / 2)
+      kernel_map = kernel_maps.sin_kernel_map(a, b, shift + np.pi / 2)
     else:
-      kernel_map = elementwise.sin_kernel_map(a, b, shift)
+      kernel_map = kernel_maps.sin_kernel_map(a, b, shift)
     q1, q2, c = (jnp.asarray(v, jnp.float32) for v in (_TRIPLES * scale**2).T)
     nngp, dot = kernel_map(q1, q2, c, True)
     # The reference from the same float32 covariances.

@@ -7,7 +7,7 @@ import numpy as np
 
 from neural_tangents import stax
 from neural_tangents._src.stax import masking
-from neural_tangents._src.stax import requirements
+from neural_tangents._src.stax import protocol
 from tests import test_utils
 
 _MC_TOL = test_utils.MC_TOL
@@ -183,8 +183,8 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
     init_fn, apply_fn, kernel_fn = stax.serial(
         stax.Dense(16, b_std=0.1), stax.Relu(), stax.GlobalAvgPool())
     masked = stax.MaskedArray(x, mask)
-    if not (requirements.kernel_spec(kernel_fn).supports_masking and
-            requirements.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking):
+    if not (protocol.kernel_spec(kernel_fn).supports_masking and
+            protocol.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking):
       with self.assertRaisesRegex(ValueError, 'GlobalAvgPool.*mask'):
         kernel_fn(masked, None)
       return
@@ -200,7 +200,7 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
   # `test_matches_monte_carlo` estimates a masked network.
   @test_utils.full_tier_only
   def test_pooling_matches_monte_carlo(self):
-    if not requirements.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking:
+    if not protocol.kernel_spec(stax.GlobalAvgPool()[2]).supports_masking:
       self.skipTest('`GlobalAvgPool` does not support masking.')
     x1, mask1 = _sequences(lengths=(4, 2, 5))
     x2, mask2 = _sequences(lengths=(3, 1), seed=2)

@@ -12,6 +12,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src.stax import layout
 from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -287,9 +288,9 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
   def test_serial_combines_requirements_with_rshift(self):
     layers = [stax.Dense(2), stax.Relu(), stax.Flatten(), stax.Dense(1)]
     _, _, kernel_fn = stax.serial(*layers)
-    per_layer = [requirements.kernel_spec(l[2]).requirements
+    per_layer = [protocol.kernel_spec(l[2]).requirements
                  for l in layers]
-    combined = requirements.kernel_spec(kernel_fn).requirements
+    combined = protocol.kernel_spec(kernel_fn).requirements
     self.assertEqual(combined.diagonal_spatial, functools.reduce(
         operator.rshift, [r.diagonal_spatial for r in per_layer]))
     self.assertEqual(combined.diagonal_batch, functools.reduce(
@@ -332,9 +333,9 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
     """Which covariances the network's input kernel gets (unchanged by the
     published `Diagonal` values: layers translated one to one)."""
     _, _, kernel_fn = stax.serial(*layers())
-    spec = requirements.kernel_spec(kernel_fn)
+    spec = protocol.kernel_spec(kernel_fn)
     self.assertEqual(tuple(spec.allowed_inputs(
-        requirements.Allowed(True, False))), default)
+        protocol.Allowed(True, False))), default)
     if diag is None:
       with self.assertRaisesRegex(
           ValueError, r'`diagonal_spatial=True` cannot be honoured.*needs the '
@@ -342,7 +343,7 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
         kernel_fn(jnp.ones(shape), None, 'nngp', diagonal_spatial=True)
     else:
       self.assertEqual(tuple(spec.allowed_inputs(
-          requirements.Allowed(True, True))), diag)
+          protocol.Allowed(True, True))), diag)
 
 
 def _user_layer(seen):
@@ -412,7 +413,7 @@ def _DiagonalOnly():
   def kernel_fn(k, **kwargs):
     if k.diagonal_spatial or k.n_spatial == 0:
       return k
-    return requirements.map_covariances(
+    return layout.map_covariances(
         k, kernel_lib.spatial_diagonal).replace(diagonal_spatial=True)
   return lambda rng, s: (s, ()), lambda p, x, **kwargs: x, kernel_fn
 
@@ -481,7 +482,7 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
   """The layer protocol: one `KernelSpec`, built by the combinators' helpers."""
 
   def _spec(self, layer):
-    return requirements.kernel_spec(layer[2])
+    return protocol.kernel_spec(layer[2])
 
   def test_serial_spec_is_compose_of_parts(self):
     for layers in ([stax.Dense(2), stax.Relu(), stax.Flatten(), stax.Dense(1)],
@@ -518,13 +519,13 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     self.assertFalse(spec.input_axes.declared)
     self.assertEqual(spec.input_axes, protocol.InputAxes.of(None))
     self.assertFalse(spec.supports_masking)
-    self.assertEqual(spec.allowed_inputs(requirements.Allowed(True, False)),
-                     requirements.Allowed(True, False))
+    self.assertEqual(spec.allowed_inputs(protocol.Allowed(True, False)),
+                     protocol.Allowed(True, False))
     self.assertFalse(protocol.is_layer_kernel_fn(_user_layer([])[2]))
     self.assertTrue(protocol.is_layer_kernel_fn(stax.Relu()[2]))
 
   def test_helpers_allow_what_their_parts_allow(self):
-    states = [requirements.Allowed(b, s) for b in _BOOLS for s in _BOOLS]
+    states = [protocol.Allowed(b, s) for b in _BOOLS for s in _BOOLS]
     leaves = [protocol.KernelSpec(protocol.Requirements(a, b))
               for a, b in zip(_DIAGONALS, _DIAGONALS[::-1])]
     parts = leaves + [protocol.in_parallel(leaves[:2]),

@@ -125,10 +125,12 @@ class PositiveIntTest(test_utils.NeuralTangentsTestCase):
   def test_tuple_and_wrappers_agree(self):
     self.assertEqual(arguments.positive_int_tuple([np.int64(2), 3], 's', 'F.'),
                      (2, 3))
-    self.assertEqual(arguments.positive_int_pair([1, 2], 's', 'F.'), (1, 2))
+    self.assertEqual(arguments.positive_int_tuple([1, 2], 's', 'F.', length=2),
+                     (1, 2))
     self.assertEqual(arguments.positive_ints((3, 3), 'filter_shape', 'Conv'),
                      (3, 3))
-    for check in (lambda v: arguments.positive_int_pair(v, 's', 'F.'),
+    for check in (lambda v: arguments.positive_int_tuple(v, 's', 'F.',
+                                                         length=2),
                   lambda v: arguments.positive_ints(v, 'strides', 'Conv', 2)):
       with self.assertRaises(TypeError):
         check((1, 1.5))

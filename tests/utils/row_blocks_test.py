@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src.stax import elementwise
+from neural_tangents._src.stax import kernel_maps
 from neural_tangents._src.utils import row_blocks
 from tests import test_utils
 
@@ -17,7 +17,7 @@ def _has_loop(fn, *args) -> bool:
 
 
 def _relu_and_ntk(c, ntk, q1, q2):
-  nngp, dot = elementwise.relu_kernel_map(q1, q2, c, True)
+  nngp, dot = kernel_maps.relu_kernel_map(q1, q2, c, True)
   return nngp, dot * ntk
 
 
@@ -48,7 +48,7 @@ class MapRowsInPlaceTest(test_utils.NeuralTangentsTestCase):
 
   def test_none_passes_through(self):
     c, _, q1, q2 = self._covariances()
-    relu = lambda c, ntk, q1, q2: (elementwise.relu_kernel_map(
+    relu = lambda c, ntk, q1, q2: (kernel_maps.relu_kernel_map(
         q1, q2, c, False)[0], None)
     nngp, ntk = jax.jit(lambda c: row_blocks.map_rows_in_place(
         relu, [c, None], [q1, q2], blocked_above_bytes=0,

@@ -12,9 +12,6 @@ assembles them. The package's modules, one concept each:
 * `processes`: dividing blocks over the processes of JAX's distributed
   runtime and sharing the results (`ProcessGroup`);
 * `store`: the resumable on-disk kernel (`Store`, zarr).
-
-The old module paths `neural_tangents._src.batching_split` and
-`neural_tangents._src.batching_assembly` re-export them.
 """
 from neural_tangents._src.batching.blockwise import batch
 from neural_tangents._src.batching.blockwise import batched

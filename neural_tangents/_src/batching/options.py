@@ -8,19 +8,14 @@ Example:
 from typing import Any, Callable
 
 import jax
-import numpy as np
 
-
+from neural_tangents._src.utils import arguments
 
 
 def check_batch_size(batch_size: Any) -> None:
-  if isinstance(batch_size, bool) or not isinstance(batch_size,
-                                                    (int, np.integer)):
-    raise TypeError(f'`batch_size` must be an int; got {batch_size!r}. Pass '
-                    'the number of examples per block, or 0 for no batching.')
-  if batch_size < 0:
-    raise ValueError(f'`batch_size` must be >= 0; got {batch_size}. Pass the '
-                     'number of examples per block, or 0 for no batching.')
+  """Raises unless `batch_size` is an int `>= 0` (0: no batching)."""
+  arguments.positive_int(batch_size, 'batch_size', 'Pass the number of '
+                         'examples per block, or 0 for no batching.', minimum=0)
 
 
 def select_devices(device_count: Any) -> list[Any]:
@@ -44,8 +39,7 @@ def select_devices(device_count: Any) -> list[Any]:
     ValueError: if it is out of range, or with several processes not a
       multiple of the number of processes.
   """
-  if isinstance(device_count, bool) or not isinstance(device_count,
-                                                      (int, np.integer)):
+  if not arguments.is_int(device_count):
     raise TypeError(f'`device_count` must be an int; got {device_count!r}. '
                     'Pass -1 to use every device.')
   total = len(jax.devices())

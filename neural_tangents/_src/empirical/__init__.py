@@ -7,8 +7,8 @@ The subpackage is laid out by concept:
 * `problem`: one call flattened into a `Problem` (arguments, `vmap_axes`,
   keyword arguments, kernel layouts) and its arrays.
 * `rng`: the published PRNG-key convention and per-call keyword arguments.
-* `jacobian_contraction`, `vector_products`, `structured_kernels`: the three
-  implementations, each `(problem, params, data1, data2) -> kernels`.
+* `jacobian_contraction`, `vector_products`, `structured_derivatives`: the
+  three implementations, each `(problem, params, data1, data2) -> kernels`.
 * `auto`: AUTO's cost model, its tuning constants and formulation switching.
 * `batch_size_independence`: whether `f` is the same program at every batch
   size (a structural comparison of jaxprs).

@@ -10,7 +10,7 @@ The empirical NTK is `Theta(x1, x2) = J(x1) J(x2)^T` with
   applied to a basis of x2's output cotangents; no Jacobian is stored.
 * `STRUCTURED_DERIVATIVES`: reads `f`'s jaxpr and contracts, for each
   parameter, the inputs and output cotangents of the layers it enters
-  instead of its Jacobian (see `structured/` and `structured_kernels`).
+  instead of its Jacobian (see `structured/` and `structured_derivatives`).
 
 `AUTO` estimates the cost of each with XLA's cost analysis and picks the
 cheapest; with `vmap_axes=None` it also tries to prove from the jaxpr that
@@ -52,7 +52,7 @@ from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.empirical import rng as rng_lib
-from neural_tangents._src.empirical import structured_kernels
+from neural_tangents._src.empirical import structured_derivatives
 from neural_tangents._src.empirical.implementations import NtkImplementation
 from neural_tangents._src.empirical.problem import ApplyFn
 from neural_tangents._src.empirical.problem import VMapAxes
@@ -169,7 +169,7 @@ def _per_example_where_equivalent(
   and the whole kernel becomes NaN. Per example, a non-finite example only
   spoils its own row and column, as with `vmap_axes=0`. Used only where the
   jaxpr proves that examples do not interact
-  (`structured_kernels.examples_separable`), `f` is the same program at
+  (`structured_derivatives.examples_separable`), `f` is the same program at
   every batch size (`auto.other_formulation`) and keyword arguments stay
   shared; the answer is cached per shapes.
   """
@@ -179,7 +179,8 @@ def _per_example_where_equivalent(
          problem.symmetric, problem.layouts, static_key)
   if key not in cache:
     other = None
-    if structured_kernels.examples_separable(problem, params, data1, data2):
+    if structured_derivatives.examples_separable(problem, params, data1,
+                                                 data2):
       other = auto.other_formulation(setup, None, params, data1, data2,
                                      verify=True, separable=True)
     cache[key] = other is not None and all(

@@ -28,7 +28,7 @@ from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.empirical import structured
-from neural_tangents._src.empirical import structured_kernels
+from neural_tangents._src.empirical import structured_derivatives
 
 # XLA's cost analysis counts FLOPs and bytes accessed; a byte costs about as
 # much time as this many FLOPs. The measured peaks bound it from above:
@@ -103,7 +103,7 @@ def _weighted_cost(name: str, cost: float) -> float:
 def _fallback(problem: problem_lib.Problem, params: list, data1: list,
               data2: list) -> list:
   # AUTO only considered structured derivatives: no fallback warning.
-  return structured_kernels.structured_derivatives(
+  return structured_derivatives.structured_derivatives(
       problem, params, data1, data2, warn_on_fallback=False)
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Optional
 from neural_tangents._src.empirical import jacobian_contraction as jacobian_lib
 from neural_tangents._src.empirical import problem as problem_lib
 from neural_tangents._src.empirical import structured
-from neural_tangents._src.empirical import structured_kernels
+from neural_tangents._src.empirical import structured_derivatives
 from neural_tangents._src.empirical import vector_products as vector_products_lib
 
 
@@ -111,9 +111,10 @@ class Implementation:
 def _planned_structured(problem: problem_lib.Problem, params: list,
                         data1: list, data2: list,
                         mode: structured.Mode) -> KernelFn:
-  plan, _ = structured_kernels.plan_structured(problem, params, data1, data2,
-                                               mode)
-  return functools.partial(structured_kernels.planned_structured, plan, mode)
+  plan, _ = structured_derivatives.plan_structured(problem, params, data1,
+                                                   data2, mode)
+  return functools.partial(structured_derivatives.planned_structured, plan,
+                           mode)
 
 
 REGISTRY: tuple[Implementation, ...] = (
@@ -122,7 +123,7 @@ REGISTRY: tuple[Implementation, ...] = (
     Implementation(NtkImplementation.NTK_VECTOR_PRODUCTS,
                    'ntk_vector_products', vector_products_lib.vector_products),
     Implementation(NtkImplementation.STRUCTURED_DERIVATIVES, 'structured',
-                   structured_kernels.structured_derivatives,
+                   structured_derivatives.structured_derivatives,
                    planned=_planned_structured,
                    modes={structured.Mode.WHOLE: 1.,
                           structured.Mode.SEPARABLE: 1.,

@@ -1,14 +1,13 @@
 """What `get` selects in `predict`: the flow and prior kernels of each
 posterior ('nngp', 'ntk', 'ntkgp'), the `Gaussian` result, and the cache of
 per-kernel work shared by calls."""
-import collections
-import functools
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.utils import arguments
+from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Get
 
 
@@ -68,18 +67,14 @@ def kernels_needed(names: Sequence[str], compute_cov: bool) -> tuple[str, ...]:
   return tuple(k for k in ('nngp', 'ntk') if k in used)
 
 
-@functools.lru_cache(maxsize=None)
-def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
-  return collections.namedtuple(typename, fields)
-
-
 def results_by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
                    typename: str) -> Any:
   """`values[names[0]]` if `single`, else a namedtuple `typename` of the
   values of `names`, in that order."""
   if single:
     return values[names[0]]
-  return _namedtuple(typename, names)(*(values[name] for name in names))
+  return utils.get_namedtuple(names, typename)(
+      *(values[name] for name in names))
 
 
 def _is_concrete(tree: Any) -> bool:

@@ -21,7 +21,7 @@ from jax import random
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src.stax import elementwise
+from neural_tangents._src.stax import kernel_maps
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.layout import ensure_full_spatial
@@ -29,11 +29,11 @@ from neural_tangents._src.stax.layout import flatten_pairs
 from neural_tangents._src.stax.layout import from_standard
 from neural_tangents._src.stax.layout import to_standard
 from neural_tangents._src.stax.layout import unflatten_pairs
-from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.masking import supports_masking
+from neural_tangents._src.stax.protocol import Bool
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
@@ -143,8 +143,8 @@ def _attention_weights(logits: Array, mechanism: AttentionMechanism,
 def _abs_kernel_map(q1, q2, c, compute_dot):
   """`E|u||v| = sqrt(q1 q2) / pi (2 sin t + (pi - 2 t) rho)` and
   `E[sign u sign v] = 1 - 2 t / pi`, `t = arccos(rho)`."""
-  norm, rho = elementwise.correlation(q1, q2, c)
-  theta, sin = elementwise.arccos_angle(rho)
+  norm, rho = kernel_maps.correlation(q1, q2, c)
+  theta, sin = kernel_maps.arccos_angle(rho)
   nngp = norm / np.pi * (2 * sin + (np.pi - 2 * theta) * rho)
   dot = 1 - 2 * theta / np.pi if compute_dot else None
   return nngp, dot
@@ -202,7 +202,7 @@ def _gaussian_logits_pair(kk, kv, tk, tv, q_a, q_b, s, mechanism):
                  kk * _batch_sum((kk + tk) * kv))
     return nngp, ntk
 
-  kernel_map = {AttentionMechanism.RELU: elementwise.relu_kernel_map,
+  kernel_map = {AttentionMechanism.RELU: kernel_maps.relu_kernel_map,
                 AttentionMechanism.ABS: _abs_kernel_map}[mechanism]
   # Axes (B..., l, l', m, m').
   cov = s * kk[..., :, None, :, None] * kk[..., None, :, None, :]

@@ -12,8 +12,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from neural_tangents._src.stax import requirements
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.utils import arguments

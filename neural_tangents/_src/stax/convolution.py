@@ -41,16 +41,15 @@ import jax
 from jax import lax
 from jax import random
 import jax.numpy as jnp
-import numpy as np
 
 from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import map_covariances
 from neural_tangents._src.stax.layout import permute_spatial
+from neural_tangents._src.stax.masking import supports_masking
 from neural_tangents._src.stax.parameterization import Parameterization
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 # Window geometry and sums (`Padding` stays importable from here).
 from neural_tangents._src.stax.windows import check_input_rank
 from neural_tangents._src.stax.windows import conv_layout
@@ -164,8 +163,9 @@ def _affine_conv_kernel(k: Kernel,
 
 
 def _check_s(s, layer_name: str) -> tuple[int, int]:
-  return arguments.positive_int_pair(s, 's', 'Pass e.g. s=(1, 1).',
-                                     layer_name=layer_name)
+  return arguments.positive_int_tuple(
+      s, 's', 'Pass e.g. s=(1, 1).', layer_name=layer_name, length=2,
+      length_of='width multiplier (input, output)')
 
 
 def _check_out_chan(out_chan, layer_name: str) -> int:

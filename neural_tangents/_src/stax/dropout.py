@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.masking import supports_masking
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer

@@ -9,13 +9,13 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
-from neural_tangents._src.stax import elementwise
+from neural_tangents._src.stax import kernel_maps
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax.layout import check_layout
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.masking import supports_masking
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
@@ -187,10 +187,10 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
                                           k.diagonal_spatial)
       # `x / sqrt(v1 v2)` with the product of variances formed without
       # over- or underflow, so that the layer stays scale-invariant for
-      # any input magnitude (see `elementwise.correlation`). A covariance
+      # any input magnitude (see `kernel_maps.correlation`). A covariance
       # that overflowed has lost the ratio: NaN, not a finite guess (compute
       # in float64 for such inputs).
-      rho = elementwise.correlation(v1, v2, x, clip=False)[1]
+      rho = kernel_maps.correlation(v1, v2, x, clip=False)[1]
       return jnp.where(jnp.isinf(x), jnp.nan, rho)
 
     return k.replace(

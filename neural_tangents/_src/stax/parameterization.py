@@ -6,7 +6,7 @@ order and the NTK has a finite limit. Standard parameterization
 (Sohl-Dickstein et al. 2020, https://arxiv.org/abs/2001.07301): the stored
 `W ~ N(0, W_std^2 / fan_in)` is used as is.
 
-Its own module so that `linear` (`Dense`) and `convolution` parse the same
+Its own module so that `dense` (`Dense`) and `convolution` parse the same
 enum without importing each other.
 """
 import enum

@@ -33,11 +33,11 @@ from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import from_standard
 from neural_tangents._src.stax.layout import reduce_spatial
 from neural_tangents._src.stax.layout import spatial_axes
-from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.masking import supports_masking
+from neural_tangents._src.stax.protocol import Bool
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.stax.windows import axis_windows
 from neural_tangents._src.stax.windows import Padding
 from neural_tangents._src.stax.windows import padding_of

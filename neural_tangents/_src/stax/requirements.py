@@ -77,14 +77,13 @@ import numpy as np
 from neural_tangents._src.stax import inputs
 from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import protocol
-# Covariance layouts; `ensure_full_spatial` and `map_covariances` are
-# importable from here too.
 from neural_tangents._src.stax.layout import embed_spatial_diagonal
-from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import map_covariances
-# `supports_masking` is defined with the rest of masking; re-exported here.
+# The published path `neural_tangents._src.stax.requirements` (0.6.5) defined
+# `Bool`, `Diagonal` and `supports_masking` next to `layer` and `requires`;
+# they stay importable from here. The package imports each from the module
+# that defines it (`protocol`, `masking`).
 from neural_tangents._src.stax.masking import supports_masking  # pylint: disable=unused-import
-# The protocol's names, re-exported for layer modules.
 from neural_tangents._src.stax.protocol import Allowed
 from neural_tangents._src.stax.protocol import Bool
 from neural_tangents._src.stax.protocol import conjunction
@@ -94,7 +93,6 @@ from neural_tangents._src.stax.protocol import kernel_op_of
 from neural_tangents._src.stax.protocol import kernel_spec
 from neural_tangents._src.stax.protocol import KernelSpec
 from neural_tangents._src.stax.protocol import Requirements
-from neural_tangents._src.stax.protocol import undeclared_kernel_op
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils import kernel as kernel_lib
@@ -463,8 +461,8 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
 
   The kernel op is decorated with `@requires` (or is the `kernel_fn` of
   another layer); an undecorated one is given full covariances (see
-  `undeclared_kernel_op`). The returned layer's `kernel_fn` is the public one
-  (see `public_kernel_fn`), named after the layer.
+  `protocol.undeclared_kernel_op`). The returned layer's `kernel_fn` is the
+  public one (see `public_kernel_fn`), named after the layer.
   """
 
   signature = inspect.signature(layer_fn)

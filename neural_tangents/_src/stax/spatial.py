@@ -19,11 +19,11 @@ import numpy as np
 from neural_tangents._src.stax.layout import check_layout
 from neural_tangents._src.stax.layout import ensure_full_spatial
 from neural_tangents._src.stax.layout import standard_order
-from neural_tangents._src.stax.requirements import Bool
-from neural_tangents._src.stax.requirements import Diagonal
+from neural_tangents._src.stax.masking import supports_masking
+from neural_tangents._src.stax.protocol import Bool
+from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
-from neural_tangents._src.stax.requirements import supports_masking
 from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer

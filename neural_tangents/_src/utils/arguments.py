@@ -134,8 +134,13 @@ def canonicalize_axes(axes: Union[int, Sequence[int]], ndim: int,
 
 
 
-def _is_int(value: Any) -> bool:
-  """Whether `value` is a Python or NumPy int (bools are not ints here)."""
+def is_int(value: Any) -> bool:
+  """Whether `value` is a Python or NumPy int (bools are not ints here).
+
+  Example:
+    >>> is_int(3), is_int(np.int32(3)), is_int(True), is_int(3.)
+    (True, True, False, False)
+  """
   return (isinstance(value, (int, np.integer)) and
           not isinstance(value, (bool, np.bool_)))
 
@@ -172,7 +177,7 @@ def positive_int(value: Any, name: str, fix: str, *, layer_name: str = '',
   """
   where = f' of `{layer_name}`' if layer_name else ''
   kind = _int_kind(minimum)
-  if not _is_int(value):
+  if not is_int(value):
     raise TypeError(f'`{name}`{where} must be {kind}; got {value!r} '
                     f'({type(value).__name__}). {fix}')
   if value < minimum:
@@ -216,8 +221,8 @@ def positive_int_tuple(value: Any, name: str, fix: str, *,
     what += f', one entry per {length_of} ({length})'
   if not isinstance(value, (tuple, list)):
     raise TypeError(f'{what}; got {value!r} ({type(value).__name__}). {fix}')
-  if not all(_is_int(v) for v in value):
-    bad = next(v for v in value if not _is_int(v))
+  if not all(is_int(v) for v in value):
+    bad = next(v for v in value if not is_int(v))
     raise TypeError(f'{what}; got {value!r}, whose entry {bad!r} is a '
                     f'{type(bad).__name__}. {fix}')
   if not value or any(v < minimum for v in value):
@@ -226,24 +231,6 @@ def positive_int_tuple(value: Any, name: str, fix: str, *,
     raise ValueError(f'{what}; got {value!r} of length {len(value)}. Pass '
                      f'{length} values. {fix}')
   return tuple(int(v) for v in value)
-
-
-# Thin wrappers of `positive_int_tuple` kept for `convolution.py` and
-# `pooling.py` until they call it directly.
-
-
-def positive_int_pair(value: Any, name: str, fix: str, *,
-                      layer_name: str = '') -> tuple[int, int]:
-  """`positive_int_tuple(value, ..., length=2)` (e.g. the standard
-  parameterization's `s`).
-
-  Example:
-    >>> positive_int_pair([1, 2], 's', 'Pass e.g. s=(1, 1).')
-    (1, 2)
-  """
-  return positive_int_tuple(value, name, fix, layer_name=layer_name,
-                            length=2,
-                            length_of='width multiplier (input, output)')
 
 
 def positive_ints(value: Any, name: str, layer_name: str,

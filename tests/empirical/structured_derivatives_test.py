@@ -1,4 +1,4 @@
-"""Tests of `empirical.structured_kernels`: the fallback to Jacobian
+"""Tests of `empirical.structured_derivatives`: the fallback to Jacobian
 contraction warns once when STRUCTURED_DERIVATIVES was asked for, and never
 when AUTO merely considered it.
 """
@@ -9,7 +9,7 @@ from absl.testing import absltest
 import jax.numpy as jnp
 
 import neural_tangents as nt
-from neural_tangents._src.empirical import structured_kernels
+from neural_tangents._src.empirical import structured_derivatives
 from tests import test_utils
 from tests.empirical.reference import explicit_ntk
 from tests.empirical.reference import mlp
@@ -31,7 +31,7 @@ class FallbackWarningTest(test_utils.NeuralTangentsTestCase):
     x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
     ntk_fn = nt.empirical_ntk_fn(_batch_size_branch,
                                  implementation=implementation)
-    with mock.patch.object(structured_kernels, '_WARNED_REASONS', set()):
+    with mock.patch.object(structured_derivatives, '_WARNED_REASONS', set()):
       with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         kernels = [ntk_fn(x1, x2, params) for _ in range(2)]
@@ -40,7 +40,7 @@ class FallbackWarningTest(test_utils.NeuralTangentsTestCase):
                                                x1, x2), rtol=TOL, atol=TOL)
     return [w for w in caught
             if issubclass(w.category,
-                          structured_kernels.StructuredFallbackWarning)]
+                          structured_derivatives.StructuredFallbackWarning)]
 
   def test_explicit_structured_derivatives_warns_once_saying_why(self):
     fallbacks = self._kernels(nt.NtkImplementation.STRUCTURED_DERIVATIVES)
@@ -56,12 +56,12 @@ class FallbackWarningTest(test_utils.NeuralTangentsTestCase):
     params, x1 = mlp_params(), normal(1, (4, 3))
     ntk_fn = nt.empirical_ntk_fn(
         mlp, implementation=nt.NtkImplementation.STRUCTURED_DERIVATIVES)
-    with mock.patch.object(structured_kernels, '_WARNED_REASONS', set()):
+    with mock.patch.object(structured_derivatives, '_WARNED_REASONS', set()):
       with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         ntk_fn(x1, None, params)
     self.assertEmpty([w for w in caught if issubclass(
-        w.category, structured_kernels.StructuredFallbackWarning)])
+        w.category, structured_derivatives.StructuredFallbackWarning)])
 
 
 class ScaledParametersTest(test_utils.NeuralTangentsTestCase):

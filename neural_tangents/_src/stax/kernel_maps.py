@@ -1,0 +1,648 @@
+"""Kernel maps of elementwise nonlinearities (dual activations) and their
+numerics.
+
+For an elementwise `phi` applied to jointly Gaussian pre-activations
+`(u, v) ~ N(0, [[q1, c], [c, q2]])` (the inputs' variances and covariance),
+a *kernel map* is
+
+  (q1, q2, c, compute_dot) -> (E[phi(u) phi(v)], E[phi'(u) phi'(v)] or None)
+
+on broadcastable arrays (Neal 1996; Lee et al. 2018; Jacot et al. 2018). By
+Price's theorem the derivative kernel is also `E[phi'(u) phi'(v)] = d nngp' /
+d c` at fixed `q1`, `q2`, which is how kernels without a separate closed form
+for the derivative (`Gabor`, `Elementwise` without `d_nngp_fn`) get it.
+`elementwise_kernel` applies a map to every covariance of a `Kernel` (the
+layers of `elementwise` are built on it); `attention` and `normalization` use
+the same numerics (`correlation`, `arccos_angle`).
+
+All maps are written to stay finite (no NaN / inf, finite gradients) at the
+edges of their domain: equal or opposite inputs (`|c| = sqrt(q1 q2)`) and zero
+variances. Two devices do most of the work: angles are computed with `atan2`
+and a floored square root (`arccos_angle`), and determinants such as
+`(1 + q1)(1 + q2) - c^2` are expanded as `1 + q1 + q2 + (q1 q2 - c^2)`, a sum
+of non-negative terms that cannot cancel to zero or below.
+
+Example:
+  >>> nngp, dot = relu_kernel_map(1., 1., 1., True)  # equal inputs
+  >>> round(float(nngp), 6), round(float(dot), 6)
+  (0.5, 0.5)
+"""
+import math
+from typing import Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import row_blocks
+from neural_tangents._src.utils import scaling
+from neural_tangents._src.utils.arctan import arctan2
+from neural_tangents._src.utils.kernel import Kernel
+
+Array = jax.Array
+KernelMap = Callable[[Array, Array, Array, bool],
+                     tuple[Array, Optional[Array]]]
+# `nngp_fn(cov12, var1, var2) -> E[phi(u) phi(v)]`, as users write it.
+NngpFn = Callable[[Array, Array, Array], Array]
+
+
+# -----------------------------------------------------------------------------
+# Numerically safe building blocks.
+
+
+def safe_sqrt(x: Array) -> Array:
+  """`sqrt(max(x, 0))` with a finite, zero-at-zero gradient."""
+  positive = x > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1)), 0)
+
+
+def _eps(x: Array) -> float:
+  return float(np.finfo(jnp.result_type(x, float)).eps)
+
+
+def correlation(q1: Array, q2: Array, c: Array,
+                clip: bool = True) -> tuple[Array, Array]:
+  """`(sqrt(q1 q2), rho)` with `rho = c / sqrt(q1 q2)`.
+
+  The product `q1 q2` under- or overflows long before the kernel does
+  (float32 variances below 1e-19 or above 1e19), and the correlation must not
+  depend on the scale of the inputs, since the arc-cosine kernels are
+  homogeneous (`K(s x) = s^2 K(x)`). So the norm is `m sqrt((q1 / m)(q2 / m))`
+  for a power of 2 `m` near `sqrt(q1 q2)`: the scaling is exact, and for
+  `q1 = q2 = c` (the diagonal) `rho` is exactly 1, as `sqrt(q^2) = q` in
+  floating point (which `sqrt(q1) sqrt(q2)` would not give).
+
+  Where the covariance itself overflowed (`c = +-inf`, so the norm is
+  infinite too), the correlation is unknown; it is taken to be `sign(c)`,
+  the limit `|c| -> sqrt(q1 q2)`, which is exact on the diagonal
+  (`c = q1 = q2`). A finite `c` against an infinite norm gives `rho = 0`.
+
+  Args:
+    q1, q2: variances (broadcastable against `c`).
+    c: covariances.
+    clip: whether to clip `rho` to `[-1, 1]` (rounding can push it out).
+
+  Returns:
+    `(norm, rho)`. Where a variance is zero, `rho` is 0 (the product is then 0
+    anyway).
+  """
+  e1, e2 = scaling.exponent_of(q1), scaling.exponent_of(q2)
+  m = scaling.power_of_two((e1 + e2) // 2 - 1, jnp.result_type(q1, q2, c))
+  norm = m * safe_sqrt((q1 / m) * (q2 / m))
+  positive = norm > 0
+  rho = jnp.where(positive, c / jnp.where(positive, norm, 1), 0)
+  rho = jnp.where(jnp.isinf(c), jnp.sign(c), rho)
+  if clip:
+    # Unlike `jnp.clip`, keeps the full gradient at `rho = +-1` exactly (equal
+    # inputs), where `jnp.clip` would halve it.
+    rho = jnp.where(jnp.abs(rho) > 1, jnp.sign(rho), rho)
+  return norm, rho
+
+
+def arccos_angle(rho: Array) -> tuple[Array, Array]:
+  """`(theta, sin(theta))` for `theta = arccos(rho)`, with finite gradients.
+
+  `arccos` has an infinite derivative at `rho = +-1` (equal or opposite
+  inputs); computing the angle as `atan2(sqrt(1 - rho^2), rho)` with a square
+  root floored at machine precision keeps values and gradients finite.
+  (`arctan2` is a vectorizable `jnp.arctan2`, see `utils.arctan`.)
+  """
+  sin = jnp.sqrt(jnp.maximum(1 - rho**2, _eps(rho)**2))
+  return arctan2(sin, rho), sin
+
+
+def polynomial_value(coef: Sequence[float], x: Array) -> Array:
+  """`sum_i coef[i] x^i` by Horner's rule (`coef` in increasing order)."""
+  out = jnp.zeros_like(x)
+  for a in reversed(coef):
+    out = out * x + a
+  return out
+
+
+def _price_derivative(nngp_fn: Callable[[Array], Array], c: Array) -> Array:
+  """`d nngp_fn(c) / d c` of an elementwise function of `c`, by forward mode.
+
+  By Price's theorem this is `E[phi'(u) phi'(v)]` when `nngp_fn` is
+  `E[phi(u) phi(v)]` at fixed variances.
+  """
+  return jax.jvp(nngp_fn, (c,), (jnp.ones_like(c),))[1]
+
+
+def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
+                                ) -> tuple[Array, Array, Array]:
+  """`D = (1 + alpha q1)(1 + alpha q2) - alpha^2 c^2`, computed as `m^2 d`.
+
+  Expanded as `1 + alpha (q1 + q2) + alpha^2 (q1 q2 - c^2)` (non-negative
+  terms, `D >= 1`), but on arguments divided by `m`, the largest power of 2
+  `<= max(1, q1, q2)`: the products of variances overflow in float32 from
+  variances of about 1e19 (inputs of about 1e10) where the bounded kernels
+  built from `D` are perfectly representable. For variances up to 1, `m = 1`
+  and this is the unscaled expansion.
+
+  Returns:
+    `(m, alpha c / m, sqrt(d))`, so that `sqrt(D) = m sqrt(d)` and
+    `atan2(alpha c, sqrt(D)) = atan2(alpha c / m, sqrt(d))`.
+  """
+  m = scaling.scale_above(jnp.maximum(q1, q2))
+  u1, u2, v, e = alpha * (q1 / m), alpha * (q2 / m), alpha * (c / m), 1 / m
+  # `u1 u2 - v^2 >= 0` (Cauchy-Schwarz) is clamped at 0, so that rounding
+  # never takes `d` below `e (e + u1 + u2)`: for large variances that term is
+  # tiny (`e` down to 2^-127), and a rounding error of `u1 u2 - v^2` of
+  # either sign would swamp it.
+  d = e * (e + u1 + u2) + jnp.maximum(cauchy_schwarz_gap(u1, u2, v), 0)
+  return m, v, jnp.sqrt(d)
+
+
+def cauchy_schwarz_gap(q1: Array, q2: Array, c: Array) -> Array:
+  """`q1 q2 - c^2`, exactly 0 where `q1 = q2 = |c|` however it is compiled.
+
+  Written as `(q1 - |c|) q2 + |c| (q2 - |c|)`: the differences are exact for
+  nearby values (Sterbenz), and on the diagonal of a kernel both terms are
+  exact zeros. The direct `q1 * q2 - c**2` is 0 there only when both products
+  round alike, which XLA's fused multiply-add contraction in a compiled
+  program does not ensure (it left a rounding error of `1e-7 q^2`, positive or
+  negative, against a determinant term of `1e-38` in float32).
+  """
+  abs_c = jnp.abs(c)
+  return (q1 - abs_c) * q2 + abs_c * (q2 - abs_c)
+
+
+# -----------------------------------------------------------------------------
+# Kernel maps.
+
+
+def ab_relu_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a min(x, 0) + b max(x, 0)` (arc-cosine kernels).
+
+  With `t = arccos(rho)`, `rho = c / sqrt(q1 q2)`, and the degree-1
+  arc-cosine kernel `K(rho) = sqrt(q1 q2) / (2 pi) (sin t + (pi - t) rho)`
+  (Cho & Saul 2009), writing `phi(x) = b relu(x) - a relu(-x)` gives
+
+    E[phi(u) phi(v)]   = (a^2 + b^2) K(rho) - 2 a b K(-rho)
+                       = (a - b)^2 K(-rho) + (a^2 + b^2) c / 2
+    E[phi'(u) phi'(v)] = ((a^2 + b^2) (pi - t) + 2 a b t) / (2 pi)
+
+  since `K(rho) - K(-rho) = c / 2` and `P(u > 0, v > 0) = (pi - t) / (2 pi)`.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c)
+    theta, sin = arccos_angle(rho)
+    # K(-rho) = norm / (2 pi) (sin t - t rho): `pi - t` becomes `t`. The norm
+    # multiplies the angular factor last: at an infinite norm (an overflowed
+    # kernel) the result is then inf, not `inf * 0 = nan` from `K(-1) = 0`.
+    angular = ((a - b)**2 * (sin - theta * rho) / (2 * np.pi) +
+               (a**2 + b**2) * rho / 2)
+    nngp = norm * angular
+    dot = None
+    if compute_dot:
+      dot = ((a**2 + b**2) * (np.pi - theta) + 2 * a * b * theta) / (2 * np.pi)
+    return nngp, dot
+  return kernel_map
+
+
+def relu_kernel_map(q1, q2, c, compute_dot):
+  """Arc-cosine kernel of degree 1 (Cho & Saul 2009) and its derivative.
+
+  E[relu(u) relu(v)] = sqrt(q1 q2) / (2 pi) * (sin t + (pi - t) cos t)
+  E[step(u) step(v)] = (pi - t) / (2 pi),    t = arccos(c / sqrt(q1 q2)).
+  """
+  norm, rho = correlation(q1, q2, c)
+  theta, sin = arccos_angle(rho)
+  nngp = norm * ((sin + (np.pi - theta) * rho) / (2 * np.pi))
+  dot = (np.pi - theta) / (2 * np.pi) if compute_dot else None
+  return nngp, dot
+
+
+def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
+  """Kernel map of `a * erf(b x) + c_shift` (Williams 1997).
+
+  With `D = (1 + 2 b^2 q1)(1 + 2 b^2 q2) - 4 b^4 c^2
+          = 1 + 2 b^2 (q1 + q2) + 4 b^4 (q1 q2 - c^2) >= 1`:
+
+    E[phi(u) phi(v)]   = a^2 2/pi arcsin(2 b^2 c / sqrt(D + 4 b^4 c^2))
+                         + c_shift^2
+                       = a^2 2/pi atan2(2 b^2 c, sqrt(D)) + c_shift^2
+    E[phi'(u) phi'(v)] = a^2 4 b^2 / (pi sqrt(D))
+
+  (`erf` is odd, so the shift adds `c_shift^2` and nothing else.)
+  """
+  alpha = 2 * b**2
+
+  def kernel_map(q1, q2, c, compute_dot):
+    m, v, root = scaled_gaussian_determinant(q1, q2, c, alpha)
+    nngp = a**2 * 2 / np.pi * arctan2(v, root) + c_shift**2
+    dot = a**2 * 2 * alpha / (np.pi * jnp.maximum(m * root, 1))
+    # Overflowed (infinite) variances: the limit `q -> inf` of `erf(b x)` is
+    # `sign(x)`, whose kernel is `2/pi arcsin(rho)` (with `rho` as
+    # `correlation` takes it), and `dot -> 0` as `1 / sqrt(q)`: the smallest
+    # positive normal number, so that an infinite incoming NTK stays inf
+    # (`0 * inf` would be NaN).
+    overflow = jnp.isinf(q1) | jnp.isinf(q2)
+    if b != 0:
+      _, rho = correlation(q1, q2, c)
+      limit = a**2 * (1 - 2 * arccos_angle(rho)[0] / np.pi) + c_shift**2
+      nngp = jnp.where(overflow, limit, nngp)
+      dot = jnp.where(overflow, np.finfo(dot.dtype).tiny, dot)
+    return nngp, (dot if compute_dot else None)
+  return kernel_map
+
+
+def gelu_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `gelu(x) = x Phi(x)`, `Phi` the standard normal CDF.
+
+  Derived by Gaussian integration by parts (Stein's lemma). With
+  `s_i = 1 + q_i`, `D = s1 s2 - c^2 = 1 + q1 + q2 + (q1 q2 - c^2) >= 1`,
+  `A = E[Phi(u) Phi(v)] = 1/4 + arcsin(c / sqrt(s1 s2)) / (2 pi)` and
+  `P = E[phi(u) phi(v)] = 1 / (2 pi sqrt(D))` (`phi` the normal density):
+
+    E[gelu(u) gelu(v)]   = c A + P (q1 q2 + c^2 (1 - q1 q2) / (s1 s2))
+    E[gelu'(u) gelu'(v)] = A + c P (1 / s1 + 1 / s2 + 1 / D)
+  """
+  # On arguments scaled by `m` (see `scaled_gaussian_determinant`), with
+  # `q1 q2 + c^2 (1 - q1 q2) / (s1 s2) = (q1 q2 D + c^2) / (s1 s2)`, so that
+  # no product of two variances is formed.
+  m, v, root_scaled = scaled_gaussian_determinant(q1, q2, c, 1.)
+  root = jnp.maximum(m * root_scaled, 1)
+  t1, t2 = (1 / m + q1 / m), (1 / m + q2 / m)  # s1 / m, s2 / m
+  cdf_kernel = 0.25 + arctan2(v, root_scaled) / (2 * np.pi)
+  pdf_terms = ((q1 / m) / t1 * ((q2 / m) / t2) * root +
+               v**2 / (t1 * t2) / root) / (2 * np.pi)
+  nngp = c * cdf_kernel + pdf_terms
+  dot = None
+  if compute_dot:
+    dot = cdf_kernel + c / (2 * np.pi * root) * (
+        1 / (1 + q1) + 1 / (1 + q2) + 1 / root**2)
+  return nngp, dot
+
+
+def sign_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `sign(x)`: `E[sign(u) sign(v)] = 2/pi arcsin(rho)`.
+
+  `= 1 - 2 t / pi` with `t = arccos(rho)`. The derivative of `sign` is zero
+  almost everywhere, as autodiff of the finite network sees it, so the
+  derivative kernel is 0: the layers below a `Sign` do not contribute to the
+  NTK. (The distributional derivative `2 delta(x)` would give an NTK that is
+  infinite on the diagonal.)
+  """
+  _, rho = correlation(q1, q2, c)
+  theta, _ = arccos_angle(rho)
+  nngp = 1 - 2 * theta / np.pi
+  dot = jnp.zeros_like(nngp) if compute_dot else None
+  return nngp, dot
+
+
+def _snapped_square(value: float, shift: float) -> float:
+  """`value**2` for `value` the sine or cosine of `shift`, with float64
+  round-off of `shift` (e.g. `pi / 2` for `Cos`) snapped to an exact 0."""
+  if abs(value) <= 4 * np.finfo(np.float64).eps * max(1., abs(shift)):
+    return 0.
+  return value**2
+
+
+def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
+  """Kernel map of `a sin(b x + shift)`.
+
+  From `E[cos(w + s)] = cos(s) exp(-Var[w] / 2)` for zero-mean Gaussian `w`
+  and `sin x sin y = (cos(x - y) - cos(x + y)) / 2`:
+
+    E[phi(u) phi(v)]   = a^2 / 2 (exp(-b^2 (q1 + q2 - 2c) / 2)
+                                  - cos(2 shift) exp(-b^2 (q1 + q2 + 2c) / 2))
+    E[phi'(u) phi'(v)] = a^2 b^2 / 2 (exp(-b^2 (q1 + q2 - 2c) / 2)
+                                  + cos(2 shift) exp(-b^2 (q1 + q2 + 2c) / 2))
+
+  The difference of exponentials cancels for small inputs (all of it below
+  `b^2 c ~ eps`), so it is evaluated as
+
+    E[phi(u) phi(v)]   = a^2 (S + sin(shift)^2 exp(-b^2 (q1 + q2 + 2c) / 2))
+    E[phi'(u) phi'(v)] = a^2 b^2 (S + cos(shift)^2 exp(-b^2 (q1 + q2 + 2c) / 2))
+
+  with `S = exp(-b^2 (q1 + q2) / 2) sinh(b^2 c) = sign(c) exp(-b^2 (q1 + q2 -
+  2|c|) / 2) (-expm1(-2 b^2 |c|)) / 2`: a product of accurate factors, whose
+  exponents are `<= 0` (`|c| <= (q1 + q2) / 2`), so nothing overflows or
+  cancels (for `shift = 0` the NNGP is `a^2 S`).
+  """
+  sin2 = _snapped_square(math.sin(shift), shift)
+  cos2 = _snapped_square(math.cos(shift), shift)
+
+  def kernel_map(q1, q2, c, compute_dot):
+    t = b**2 * jnp.abs(c)
+    near = jnp.exp(-b**2 * (q1 + q2 - 2 * jnp.abs(c)) / 2)
+    sinh_part = jnp.sign(c) * near * (-jnp.expm1(-2 * t)) / 2
+    opposite = jnp.exp(-b**2 * (q1 + q2 + 2 * c) / 2)
+    nngp = a**2 * (sinh_part + sin2 * opposite)
+    dot = a**2 * b**2 * (sinh_part + cos2 * opposite) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def exp_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a exp(b x)`: the log-normal moments.
+
+    E[phi(u) phi(v)]   = a^2 exp(b^2 (q1 + q2 + 2c) / 2)
+    E[phi'(u) phi'(v)] = a^2 b^2 exp(b^2 (q1 + q2 + 2c) / 2)
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = a**2 * jnp.exp(b**2 * (q1 + q2 + 2 * c) / 2)
+    return nngp, (b**2 * nngp if compute_dot else None)
+  return kernel_map
+
+
+def exp_normalized_kernel_map(gamma: float, shift: float,
+                              do_clip: bool) -> KernelMap:
+  """Kernel map of the normalized exponential kernel (`ExpNormalized`).
+
+    nngp' = sqrt(q1 q2) exp(gamma (rho + shift)),   rho = c / sqrt(q1 q2)
+    dot   = d nngp' / d c = gamma exp(gamma (rho + shift))
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c, clip=do_clip)
+    exp = jnp.exp(gamma * (rho + shift))
+    return norm * exp, (gamma * exp if compute_dot else None)
+  return kernel_map
+
+
+def gaussian_kernel_map(a: float, b: float) -> KernelMap:
+  """Kernel map of `a exp(b x^2)`.
+
+  With `D = det(I - 2 b Sigma) = 1 - 2b (q1 + q2) + 4 b^2 (q1 q2 - c^2)`:
+
+    E[phi(u) phi(v)]   = a^2 / sqrt(D)
+    E[phi'(u) phi'(v)] = 4 a^2 b^2 c / D^(3/2)
+
+  (the second from `E[u v exp(b (u^2 + v^2))] = c / D^(3/2)`). For `b <= 0`,
+  `D >= 1`. For `b > 0` the moments are infinite where `D <= 0` (variances
+  of order `1 / (2b)` or more), and the map returns `inf` there.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    det = 1 - 2 * b * (q1 + q2) + 4 * b**2 * (q1 * q2 - c**2)
+    finite = det > 0
+    safe_det = jnp.where(finite, det, 1)
+    nngp = jnp.where(finite, a**2 / jnp.sqrt(safe_det), jnp.inf)
+    dot = None
+    if compute_dot:
+      dot = jnp.where(finite, 4 * a**2 * b**2 * c / safe_det**1.5, jnp.inf)
+    return nngp, dot
+  return kernel_map
+
+
+def _hermite_coefficient(i: int, k: int) -> float:
+  """`h` in `z^i = sum_k h(i, k) He_k(z)` (probabilists' Hermite `He_k`).
+
+  `h(i, k) = i! / (2^m m! k!)` for `i - k = 2m >= 0`, else 0.
+  """
+  if k > i or (i - k) % 2:
+    return 0.
+  m = (i - k) // 2
+  return math.factorial(i) / (2**m * math.factorial(m) * math.factorial(k))
+
+
+def polynomial_kernel_map(coef: Sequence[float]) -> KernelMap:
+  """Kernel map of the polynomial `p(x) = sum_i coef[i] x^i`.
+
+  Expanding `u^i = q1^(i/2) sum_k h(i, k) He_k(z1)` in Hermite polynomials,
+  which are orthogonal under correlated normals
+  (`E[He_k(z1) He_l(z2)] = delta_kl k! rho^k`), gives
+
+    E[p(u) p(v)] = sum_k k! A_k(q1) A_k(q2) c^k,
+    A_k(q) = sum_{i >= k, i = k mod 2} coef[i] h(i, k) q^((i - k) / 2),
+
+  a polynomial in `q1`, `q2` and `c`: no square roots or divisions, finite
+  everywhere. The derivative kernel is the same with the coefficients of
+  `p'`.
+  """
+  coef = [float(a) for a in coef]
+  derivative = [i * a for i, a in enumerate(coef)][1:]
+
+  def moments(coef, q1, q2, c):
+    out = jnp.zeros_like(c)
+    for k in range(len(coef)):
+      # A_k(q) is a polynomial in q with coefficients at powers (i - k) / 2.
+      a_k = [coef[i] * _hermite_coefficient(i, k)
+             for i in range(k, len(coef), 2)]
+      out = out + (math.factorial(k) * polynomial_value(a_k, q1) *
+                   polynomial_value(a_k, q2) * c**k)
+    return out
+
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = moments(coef, q1, q2, c)
+    dot = moments(derivative, q1, q2, c) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def _arccos_polynomials(degree: int) -> tuple[list[float], list[float]]:
+  """`(P_n, Q_n)` with `J_n(t) = P_n(cos t) sin t + (pi - t) Q_n(cos t)`.
+
+  `J_n` is Cho & Saul's (2009) angular factor of the arc-cosine kernel,
+  `J_n = (-1)^n sin(t)^(2n+1) ((1 / sin t) d/dt)^n ((pi - t) / sin t)`.
+  Differentiating in `rho = cos t` instead of `t` turns the operator into the
+  polynomial recursion
+
+    P_{n+1} = (1 - rho^2) P_n' + 2n rho P_n + Q_n,      P_0 = 0,
+    Q_{n+1} = (1 - rho^2) Q_n' + (2n + 1) rho Q_n,      Q_0 = 1,
+
+  which has no division by `sin t` and so no 0/0 at `rho = +-1`; e.g.
+  `J_1 = sin t + (pi - t) cos t` and
+  `J_2 = 3 sin t cos t + (pi - t)(1 + 2 cos^2 t)`.
+  Coefficients are in increasing order of powers of `rho`.
+  """
+  poly = np.polynomial.Polynomial
+  p, q = poly([0.]), poly([1.])
+  one_minus_rho2 = poly([1., 0., -1.])
+  rho = poly([0., 1.])
+  for n in range(degree):
+    p, q = (one_minus_rho2 * p.deriv() + 2 * n * rho * p + q,
+            one_minus_rho2 * q.deriv() + (2 * n + 1) * rho * q)
+  return [float(a) for a in p.coef], [float(a) for a in q.coef]
+
+
+def arccos_kernel(degree: int, norm: Array, rho: Array) -> Array:
+  """`E[relu(u)^n relu(v)^n] = (q1 q2)^(n/2) J_n(arccos rho) / (2 pi)`.
+
+  `relu(x)^0` is the step function `1[x > 0]`.
+  """
+  theta, sin = arccos_angle(rho)
+  p, q = _arccos_polynomials(degree)
+  angular = (polynomial_value(p, rho) * sin +
+             (np.pi - theta) * polynomial_value(q, rho))
+  if degree == 0:
+    # With zero variance the input is 0 and `step(0) = 0`.
+    return jnp.where(norm > 0, angular / (2 * np.pi), 0)
+  return norm**degree * angular / (2 * np.pi)
+
+
+def rectified_monomial_kernel_map(degree: int) -> KernelMap:
+  """Kernel map of `max(x, 0)^n`: the arc-cosine kernel of degree `n`.
+
+    E[phi(u) phi(v)]   = (q1 q2)^(n/2) J_n(t) / (2 pi)
+    E[phi'(u) phi'(v)] = n^2 (q1 q2)^((n-1)/2) J_{n-1}(t) / (2 pi)
+
+  (`phi' = n max(x, 0)^(n-1)`); for `n = 0` (the step function) the
+  derivative is zero almost everywhere and so is the derivative kernel.
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    norm, rho = correlation(q1, q2, c)
+    nngp = arccos_kernel(degree, norm, rho)
+    dot = None
+    if compute_dot:
+      dot = (jnp.zeros_like(nngp) if degree == 0 else
+             degree**2 * arccos_kernel(degree - 1, norm, rho))
+    return nngp, dot
+  return kernel_map
+
+
+def gabor_kernel_map(q1, q2, c, compute_dot):
+  """Kernel map of `gabor(x) = exp(-x^2) sin(x)`.
+
+  The weight `exp(-(u^2 + v^2))` turns `N(0, Sigma)` into
+  `N(0, Sigma') / sqrt(D)`, `Sigma' = Sigma (I + 2 Sigma)^-1`,
+  `D = det(I + 2 Sigma) = 1 + 2 (q1 + q2) + 4 d`, `d = q1 q2 - c^2`, with
+  `Sigma' = [[q1 + 2d, c], [c, q2 + 2d]] / D`. Then
+  `sin u sin v = (cos(u - v) - cos(u + v)) / 2` and
+  `E'[cos w] = exp(-Var'[w] / 2)` give
+
+    E[phi(u) phi(v)] = (exp(-(s - 2c) / (2D)) - exp(-(s + 2c) / (2D)))
+                       / (2 sqrt(D)),        s = q1 + q2 + 4d,
+
+  and the derivative kernel `d/dc` of it (Price's theorem), by autodiff.
+  """
+  def nngp_of(c):
+    d = q1 * q2 - c**2
+    det = jnp.maximum(1 + 2 * (q1 + q2) + 4 * d, 1)
+    s = q1 + q2 + 4 * d
+    return (jnp.exp(-(s - 2 * c) / (2 * det)) -
+            jnp.exp(-(s + 2 * c) / (2 * det))) / (2 * jnp.sqrt(det))
+
+  nngp = nngp_of(c)
+  return nngp, (_price_derivative(nngp_of, c) if compute_dot else None)
+
+
+def quadrature_kernel_map(fn: Callable[[Array], Array],
+                          df: Callable[[Array], Array],
+                          deg: int) -> KernelMap:
+  """Kernel map of any `fn` by Gauss-Hermite quadrature of degree `deg`.
+
+  `u = sqrt(q1) z1`, `v = sqrt(q2) (rho z1 + sqrt(1 - rho^2) z2)` for
+  independent standard normal `z1`, `z2`; each expectation is a sum over the
+  `deg x deg` product grid of the (probabilists') Gauss-Hermite nodes, exact
+  for polynomials of degree up to `2 deg - 1` in each variable.
+  """
+  nodes, weights = np.polynomial.hermite.hermgauss(deg)
+  nodes = np.sqrt(2) * nodes  # nodes for the weight exp(-z^2 / 2)
+  weights = weights / np.sqrt(np.pi)
+
+  def expectation(f, q1, q2, c):
+    q1, q2, c = jnp.broadcast_arrays(q1, q2, c)
+    _, rho = correlation(q1, q2, c)
+    z = jnp.asarray(nodes, c.dtype)
+    w = jnp.asarray(weights, c.dtype)
+    ex = lambda x: x[..., None, None]
+    # Grid axes (z1, z2) last, with explicit size-1 axes for the batch ones.
+    grid = lambda x: jnp.reshape(x, (1,) * c.ndim + x.shape)
+    u = ex(safe_sqrt(q1)) * grid(z[:, None])
+    v = ex(safe_sqrt(q2)) * (ex(rho) * grid(z[:, None]) +
+                             ex(safe_sqrt(1 - rho**2)) * grid(z[None, :]))
+    return jnp.sum(grid(w[:, None] * w[None, :]) * f(u) * f(v),
+                   axis=(-2, -1))
+
+  def kernel_map(q1, q2, c, compute_dot):
+    nngp = expectation(fn, q1, q2, c)
+    dot = expectation(df, q1, q2, c) if compute_dot else None
+    return nngp, dot
+  return kernel_map
+
+
+def nngp_fn_kernel_map(nngp_fn: NngpFn,
+                       d_nngp_fn: Optional[NngpFn]) -> KernelMap:
+  """Kernel map from a user's `nngp_fn(cov12, var1, var2)`.
+
+  The derivative kernel is `d_nngp_fn(cov12, var1, var2)` if given, else
+  `d nngp_fn / d cov12` by forward-mode autodiff (Price's theorem).
+  """
+  def kernel_map(q1, q2, c, compute_dot):
+    q1, q2, c = jnp.broadcast_arrays(q1, q2, c)
+    nngp = nngp_fn(c, q1, q2)
+    dot = None
+    if compute_dot:
+      dot = (d_nngp_fn(c, q1, q2) if d_nngp_fn is not None else
+             _price_derivative(lambda c: nngp_fn(c, q1, q2), c))
+    return nngp, dot
+  return kernel_map
+
+
+# -----------------------------------------------------------------------------
+# Applying a kernel map to a `Kernel`.
+
+
+def sides_are_one(k: Kernel) -> bool:
+  """Whether `k` is trusted to be the kernel of `x1` with itself.
+
+  A hand-built `Kernel` may carry `x1_is_x2=True` with two different sides
+  (e.g. a test-train kernel with `cov2` the train variances); only one whose
+  `cov2` is `None` (as `x2=None` gives) and whose `nngp` is square is.
+  """
+  return (k.x1_is_x2 and k.cov2 is None and
+          k.nngp.shape[0] == k.nngp.shape[1])
+
+
+def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
+  """`nngp` of `x1` with itself, its batch diagonal set to `cov1`.
+
+  The two are equal in exact arithmetic, but they are computed by separate
+  (differently fused) operations, and in the chaotic phase a nonlinearity's
+  kernel map amplifies a difference between them at every layer (the slope of
+  the correlation map at `c = q` exceeds 1): in float32, a 30-layer `Erf`
+  network with `W_std=2.29` ends with an NNGP diagonal 21% below the variance.
+  Setting the diagonal from `cov1` keeps `nngp[i, i] == cov1[i]` exactly.
+  """
+  if nngp.shape == cov1.shape:  # `cov1` is the full batch-by-batch covariance.
+    return cov1
+  batch = jnp.arange(nngp.shape[0])
+  return nngp.at[batch, batch].set(cov1)
+
+
+def _map_covariance(kernel_map: KernelMap, q1: Array, q2: Array, c: Array,
+                    ntk: Optional[Array]) -> tuple[Array, Optional[Array]]:
+  """`(nngp', dot * ntk)` of the covariance `c` (same shape as `ntk`).
+
+  Large covariances are mapped in place in blocks of rows
+  (`row_blocks.map_rows_in_place`): the kernel map's intermediates (angles,
+  square roots, ratios that XLA keeps as buffers because they have several
+  uses) are then block-sized, which saves memory and memory traffic; the
+  results are bitwise the same.
+  """
+  def mapped(c, ntk, q1, q2):
+    nngp, dot = kernel_map(q1, q2, c, ntk is not None)
+    return nngp, None if ntk is None else dot * ntk
+
+  if jnp.ndim(q1) != c.ndim or jnp.ndim(q2) != c.ndim:
+    return mapped(c, ntk, q1, q2)
+  nngp, ntk = row_blocks.map_rows_in_place(mapped, [c, ntk], [q1, q2])
+  return nngp, ntk
+
+
+def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
+  """Applies a nonlinearity's kernel map to every covariance of `k`."""
+  if not k.is_gaussian:
+    source = ('the raw inputs' if k.is_input else
+              'not Gaussian (e.g. the output of a nonlinearity)')
+    raise ValueError(
+        f'`{name}` needs Gaussian pre-activations, but its input kernel is '
+        f'{source}. Put a `Dense` (or convolution) layer before `{name}`.')
+  variances = kernel_lib.covariance_variances(k)
+  cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
+  c = k.nngp
+  if sides_are_one(k):
+    # The batch diagonal of `x1` with itself is `cov1` exactly, so that its
+    # correlation is exactly 1 (angle 0): computed apart (e.g. by a jitted
+    # block of `nt.batch`), it is 1 - eps, whose angle ~ sqrt(eps) puts a
+    # relative error ~ 1e-8 (float64) into the NTK's diagonal.
+    c = _with_batch_diagonal(c, k.cov1)
+  nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], c, k.ntk)
+  cov2 = (None if k.cov2 is None else
+          kernel_map(*variances['cov2'], k.cov2, False)[0])
+  if sides_are_one(k):
+    nngp = _with_batch_diagonal(nngp, cov1)
+  return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
+                   is_gaussian=False, is_input=False)
