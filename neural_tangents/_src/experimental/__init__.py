@@ -1,0 +1,1 @@
+"""Experimental features of Neural Tangents (implementation modules)."""

@@ -1,0 +1,395 @@
+"""Tests of `nt.experimental.features` against the `stax` kernels.
+
+Exact feature layers reproduce `stax`'s NNGP and NTK to rounding; random
+features and sketches reproduce them within a relative Frobenius error that
+falls as the feature dimension grows.
+"""
+import subprocess
+import sys
+
+from absl.testing import absltest
+import jax
+from jax import random
+import jax.numpy as jnp
+import numpy as np
+
+from neural_tangents import stax
+from neural_tangents.experimental import features as ft
+from tests import test_utils
+
+
+def stax_layout_kernel(feat: jax.Array) -> jax.Array:
+  """`sum_c feat[n, s, c] feat[n', s', c]` in `stax`'s layout
+  `(N, N', S_1, S_1', ..., S_d, S_d')`, for channels-last features."""
+  n_spatial = feat.ndim - 2
+  out = jnp.tensordot(feat, feat, axes=(-1, -1))
+  order = [0, 1 + n_spatial]
+  for i in range(n_spatial):
+    order += [1 + i, 2 + n_spatial + i]
+  return jnp.transpose(out, order)
+
+
+def relative_frobenius(actual, expected) -> float:
+  return float(jnp.linalg.norm(jnp.ravel(actual - expected)) /
+               jnp.linalg.norm(jnp.ravel(expected)))
+
+
+def feature_kernels(layer, x, key, jit=False):
+  """The NNGP and NTK of the features of `x` under `layer`, stax layout."""
+  init_fn, feature_fn = layer
+  shapes, params = init_fn(key, x.shape)
+  f = (jax.jit(feature_fn) if jit else feature_fn)(x, params)
+  assert f.nngp_feat.shape == shapes[0], (f.nngp_feat.shape, shapes)
+  assert f.ntk_feat.shape == shapes[1], (f.ntk_feat.shape, shapes)
+  standard = lambda a: jnp.moveaxis(jnp.moveaxis(a, f.channel_axis, -1),
+                                    f.batch_axis, 0)
+  return (stax_layout_kernel(standard(f.nngp_feat)),
+          stax_layout_kernel(standard(f.ntk_feat)))
+
+
+_STAX_KERNELS = {}
+
+
+def stax_kernels(name, x):
+  """The stax NNGP and NTK of `EXACT_NETWORKS[name]`, computed once."""
+  if name not in _STAX_KERNELS:
+    _STAX_KERNELS[name] = EXACT_NETWORKS[name][2]()[2](x, None,
+                                                      ('nngp', 'ntk'))
+  return _STAX_KERNELS[name]
+
+
+def fcn_inputs():
+  """Examples of different norms (0.5 to 1.6 times standard normal)."""
+  return test_utils.graded_inputs((6, 5), (1, 5), np.float64)[0]
+
+
+def image_inputs():
+  return test_utils.graded_inputs((3, 6, 5, 2), (1, 1), np.float64)[0]
+
+
+# Pairs of (feature layer, stax layer) builders on (inputs) of the exact
+# layers, with the same hyperparameters.
+EXACT_NETWORKS = {
+    'dense': (
+        fcn_inputs,
+        lambda: ft.DenseFeatures(1, 1.5, 0.3),
+        lambda: stax.Dense(1, 1.5, 0.3)),
+    'dense_relu_dense': (
+        fcn_inputs,
+        lambda: ft.serial(ft.DenseFeatures(1, 1.3, 0.2),
+                          ft.ReluFeatures(method='EXACT'),
+                          ft.DenseFeatures(1, 0.8)),
+        lambda: stax.serial(stax.Dense(1, 1.3, 0.2), stax.Relu(),
+                            stax.Dense(1, 0.8))),
+    'deep_relu_no_bias': (
+        fcn_inputs,
+        lambda: ft.serial(*[ft.DenseFeatures(1), ft.ReluFeatures('EXACT')] * 3,
+                          ft.DenseFeatures(1)),
+        lambda: stax.serial(*[stax.Dense(1), stax.Relu()] * 3, stax.Dense(1))),
+    'conv_relu_conv_global_avg_pool': (
+        image_inputs,
+        lambda: ft.serial(ft.ConvFeatures(1, (3, 3), W_std=1.2, b_std=0.1),
+                          ft.ReluFeatures('EXACT'),
+                          ft.ConvFeatures(1, (2, 3), (1, 2), b_std=0.2),
+                          ft.GlobalAvgPoolFeatures()),
+        lambda: stax.serial(stax.Conv(1, (3, 3), padding='SAME', W_std=1.2,
+                                      b_std=0.1), stax.Relu(),
+                            stax.Conv(1, (2, 3), (1, 2), 'SAME', b_std=0.2),
+                            stax.GlobalAvgPool())),
+    'conv_circular_flatten': (
+        image_inputs,
+        lambda: ft.serial(ft.ConvFeatures(1, (3, 2), padding='CIRCULAR'),
+                          ft.ReluFeatures('EXACT'), ft.FlattenFeatures(),
+                          ft.DenseFeatures(1, b_std=0.3)),
+        lambda: stax.serial(stax.Conv(1, (3, 2), padding='CIRCULAR'),
+                            stax.Relu(), stax.Flatten(),
+                            stax.Dense(1, b_std=0.3))),
+    'conv_valid_nchw': (
+        lambda: jnp.moveaxis(image_inputs(), -1, 1),
+        lambda: ft.ConvFeatures(1, (2, 2), padding='VALID', b_std=0.1,
+                                dimension_numbers=('NCHW', 'OIHW', 'NCHW')),
+        lambda: stax.Conv(1, (2, 2), padding='VALID', b_std=0.1,
+                          dimension_numbers=('NCHW', 'OIHW', 'NCHW'))),
+    'avg_pool': (
+        image_inputs,
+        lambda: ft.serial(ft.ConvFeatures(1, (2, 2)),
+                          ft.AvgPoolFeatures((2, 2), (1, 2), 'SAME',
+                                             normalize_edges=True),
+                          ft.ReluFeatures('EXACT')),
+        lambda: stax.serial(stax.Conv(1, (2, 2), padding='SAME'),
+                            stax.AvgPool((2, 2), (1, 2), 'SAME', True),
+                            stax.Relu())),
+    'layer_norm': (
+        image_inputs,
+        lambda: ft.serial(ft.ConvFeatures(1, (2, 2), b_std=0.5),
+                          ft.LayerNormFeatures(axis=(1, 2, 3)),
+                          ft.ReluFeatures('EXACT'), ft.DenseFeatures(1),
+                          ft.LayerNormFeatures()),
+        lambda: stax.serial(stax.Conv(1, (2, 2), padding='SAME', b_std=0.5),
+                            stax.LayerNorm(axis=(1, 2, 3)), stax.Relu(),
+                            stax.Dense(1), stax.LayerNorm())),
+}
+
+
+def relu_fcn(method, dim, depth, poly_degree=8):
+  """`depth` hidden Dense-Relu layers and a Dense readout, as features (the
+  ReLU by `method`, all dimensions `dim`)."""
+  features = []
+  for _ in range(depth):
+    features += [ft.DenseFeatures(1, 1.4, 0.1),
+                 ft.ReluFeatures(method, feature_dim0=dim, feature_dim1=dim,
+                                 sketch_dim=dim, poly_degree=poly_degree,
+                                 poly_sketch_dim=dim)]
+  return ft.serial(*features, ft.DenseFeatures(1))
+
+
+_RELU_FCN_KERNELS = {}
+
+
+def relu_fcn_kernels(depth, x):
+  """The stax NNGP and NTK of `relu_fcn`'s network, computed once per depth
+  (`x` is always `fcn_inputs()` or a slice of it)."""
+  key = (depth, x.shape)
+  if key not in _RELU_FCN_KERNELS:
+    layers = [stax.Dense(1, 1.4, 0.1), stax.Relu()] * depth
+    kernel_fn = stax.serial(*layers, stax.Dense(1))[2]
+    _RELU_FCN_KERNELS[key] = kernel_fn(x, None, ('nngp', 'ntk'))
+  return _RELU_FCN_KERNELS[key]
+
+
+def mean_errors(method, dim, depth, x, keys, **kwargs):
+  """Mean relative Frobenius errors `(nngp, ntk)` over `keys`."""
+  layer = relu_fcn(method, dim, depth, **kwargs)
+  k = relu_fcn_kernels(depth, x)
+  errors = []
+  for key in keys:
+    nngp, ntk = feature_kernels(layer, x, key)
+    errors.append((relative_frobenius(nngp, k.nngp),
+                   relative_frobenius(ntk, k.ntk)))
+  return np.mean(errors, axis=0)
+
+
+DIMS = (256, 1024, 4096)
+APPROXIMATE_METHODS = ('RANDFEAT', 'POLYSKETCH', 'PSRF')
+
+
+class ExactFeaturesTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(network=list(EXACT_NETWORKS), jit=(False, True))
+  def test_matches_stax_kernels(self, network, jit):
+    inputs, feature_layer, _ = EXACT_NETWORKS[network]
+    x = inputs()
+    nngp, ntk = feature_kernels(feature_layer(), x, random.PRNGKey(0), jit)
+    k = stax_kernels(network, x)
+    self.assertAllClose(nngp, k.nngp, rtol=1e-9, atol=1e-9)
+    self.assertAllClose(ntk, k.ntk, rtol=1e-9, atol=1e-9)
+
+  def test_input_features(self):
+    x = fcn_inputs()
+    f = ft.ReluFeatures('EXACT')[1](x, ())
+    # `Dense(1)` leaves the NNGP of the inputs unchanged.
+    k = stax.serial(stax.Dense(1), stax.Relu())[2](x, None, 'nngp')
+    self.assertAllClose(f.nngp_feat @ f.nngp_feat.T, k)
+    # The inputs' NTK is 0: no channels, and none after a nonlinearity.
+    self.assertEqual(f.ntk_feat.shape, (6, 0))
+    f = ft.DenseFeatures(1)[1](x, ())
+    self.assertAllClose(f.nngp_feat, x / np.sqrt(5))
+    self.assertAllClose(f.ntk_feat, f.nngp_feat)
+
+  def test_features_is_a_pytree(self):
+    f = ft.Features(jnp.ones((2, 3)), jnp.zeros((2, 0)))
+    leaves, treedef = jax.tree_util.tree_flatten(f)
+    self.assertLen(leaves, 2)
+    g = jax.jit(lambda f: f.replace(nngp_feat=2 * f.nngp_feat))(f)
+    self.assertIsInstance(g, ft.Features)
+    self.assertAllClose(g.nngp_feat, 2 * jnp.ones((2, 3)))
+    self.assertEqual(jax.tree_util.tree_unflatten(treedef, leaves), f)
+
+  def test_batch_axis_out(self):
+    x = image_inputs()
+    f = ft.FlattenFeatures(batch_axis_out=1)[1](x, ())
+    g = ft.FlattenFeatures()[1](x, ())
+    self.assertEqual((f.batch_axis, f.channel_axis), (1, 0))
+    self.assertAllClose(f.nngp_feat.T, g.nngp_feat)
+
+
+class ApproximateFeaturesTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(method=APPROXIMATE_METHODS)
+  def test_error_falls_with_dimension(self, method):
+    x = fcn_inputs()
+    keys = [random.PRNGKey(1), random.PRNGKey(2)]
+    # Rows: dims; columns: nngp, ntk.
+    errors = np.array([mean_errors(method, dim, 2, x, keys) for dim in DIMS])
+    # Errors scale as dim^(-1/2), halving from one dimension to the next in
+    # expectation: the mean of both falls at each step, each one over all.
+    combined = np.mean(errors, axis=1)
+    self.assertTrue(np.all(combined[1:] < combined[:-1]), errors)
+    self.assertTrue(np.all(errors[-1] < errors[0]), errors)
+    self.assertLess(np.max(errors[-1]), 0.1, errors)
+
+  @test_utils.sample_product(method=APPROXIMATE_METHODS)
+  def test_error_is_small_at_every_depth(self, method):
+    x = fcn_inputs()
+    keys = [random.PRNGKey(1), random.PRNGKey(2)]
+    for depth in test_utils.full_tier_cases([1, 4], [3]):
+      errors = mean_errors(method, DIMS[-1], depth, x, keys)
+      self.assertLess(np.max(errors), 0.1, f'depth {depth}: {errors}')
+
+  def test_poly_error_falls_with_degree(self):
+    x = fcn_inputs()[:, :3]
+    errors = np.array([mean_errors('POLY', 1, 1, x, [None], poly_degree=p)
+                       for p in (1, 2, 8)])
+    self.assertTrue(np.all(errors[1:] < errors[:-1]), errors)
+    self.assertLess(np.max(errors[-1]), 0.02, errors)
+
+  @test_utils.sample_product(method=APPROXIMATE_METHODS)
+  def test_deterministic_given_key_and_jit(self, method):
+    init_fn, feature_fn = relu_fcn(method, 32, 1, poly_degree=4)
+    x = fcn_inputs()
+    _, params = init_fn(random.PRNGKey(3), x.shape)
+    f = feature_fn(x, params)
+    again = feature_fn(x, init_fn(random.PRNGKey(3), x.shape)[1])
+    jitted = jax.jit(feature_fn)(x, params)
+    other = feature_fn(x, init_fn(random.PRNGKey(4), x.shape)[1])
+    self.assertAllClose(again, f, rtol=0, atol=0)
+    self.assertAllClose(jitted, f, rtol=1e-12, atol=1e-12)
+    self.assertGreater(float(jnp.max(jnp.abs(other.ntk_feat - f.ntk_feat))),
+                       1e-3)
+
+  @test_utils.sample_product(method=APPROXIMATE_METHODS)
+  def test_keys_in_params_give_the_same_features(self, method):
+    x = fcn_inputs()
+    layer = lambda generate: ft.serial(
+        ft.DenseFeatures(1, 1.4, 0.1),
+        ft.ReluFeatures(method, 32, 32, 32, 4, 32,
+                        generate_rand_mtx=generate))
+    key = random.PRNGKey(5)
+    stored = layer(True)[1](x, layer(True)[0](key, x.shape)[1])
+    init_fn, feature_fn = layer(False)
+    _, params = init_fn(key, x.shape)
+    self.assertEqual(params[1].shape, key.shape)
+    self.assertAllClose(feature_fn(x, params), stored)
+
+  def test_spatial_random_features(self):
+    x = image_inputs()[:2, :3, :3]
+    layer = ft.serial(ft.ConvFeatures(1, (2, 2), b_std=0.1),
+                      ft.ReluFeatures('PSRF', 256, 256, 256, 8, 256),
+                      ft.ConvFeatures(1, (2, 2)), ft.GlobalAvgPoolFeatures())
+    nngp, ntk = feature_kernels(layer, x, random.PRNGKey(0))
+    k = stax.serial(stax.Conv(1, (2, 2), padding='SAME', b_std=0.1),
+                    stax.Relu(), stax.Conv(1, (2, 2), padding='SAME'),
+                    stax.GlobalAvgPool())[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(nngp, k.nngp), 0.15)
+    self.assertLess(relative_frobenius(ntk, k.ntk), 0.15)
+
+
+def _gelu(x):
+  return jax.nn.gelu(x, approximate=False)
+
+
+ELEMENTWISE = {'erf': (jax.scipy.special.erf, stax.Erf),
+               'gelu': (_gelu, stax.Gelu),
+               'sin': (jnp.sin, stax.Sin)}
+
+
+class ElementwiseFeaturesTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(
+      case=test_utils.full_tier_cases(
+          [('erf', 'EXACT'), ('gelu', 'EXACT'), ('sin', 'EXACT'),
+           ('gelu', 'POLYSKETCH')],
+          [('erf', 'POLYSKETCH'), ('sin', 'POLYSKETCH')]))
+  def test_matches_stax(self, case):
+    name, method = case
+    fn, stax_layer = ELEMENTWISE[name]
+    x = fcn_inputs() / 2
+    layer = ft.serial(
+        ft.DenseFeatures(1, 1., 0.2),
+        ft.ElementwiseFeatures(fn, method, 24, 1024, 1024),
+        ft.DenseFeatures(1, 1., 0.1),
+        ft.ElementwiseFeatures(fn, method, 24, 1024, 1024),
+        ft.DenseFeatures(1))
+    kernel_fn = stax.serial(stax.Dense(1, 1., 0.2), stax_layer(),
+                            stax.Dense(1, 1., 0.1), stax_layer(),
+                            stax.Dense(1))[2]
+    nngp, ntk = feature_kernels(layer, x, random.PRNGKey(0))
+    k = kernel_fn(x, None, ('nngp', 'ntk'))
+    tol = 1e-3 if method == 'EXACT' else 0.1
+    self.assertLess(relative_frobenius(nngp, k.nngp), tol)
+    self.assertLess(relative_frobenius(ntk, k.ntk), tol)
+
+  def test_truncation_error_falls_with_degree(self):
+    x = fcn_inputs()[:, :3]
+    kernel_fn = stax.serial(stax.Dense(1), stax.Erf(), stax.Dense(1))[2]
+    k = kernel_fn(x, None, 'ntk')
+    errors = []
+    for method, degree in (('EXACT', 2), ('EXACT', 8), ('POLY', 8)):
+      layer = ft.serial(
+          ft.DenseFeatures(1),
+          ft.ElementwiseFeatures(jax.scipy.special.erf, method, degree),
+          ft.DenseFeatures(1))
+      errors.append(relative_frobenius(feature_kernels(layer, x, None)[1], k))
+    self.assertLess(errors[1], errors[0] / 2)
+    # Explicit tensor powers give the same truncated series.
+    self.assertAllClose(errors[2], errors[1], rtol=1e-6)
+
+
+class ArgumentsTest(test_utils.NeuralTangentsTestCase):
+
+  def test_bad_arguments_name_the_argument(self):
+    cases = [
+        (lambda: ft.ReluFeatures('FOO'), ValueError, 'method'),
+        (lambda: ft.ReluFeatures(feature_dim0=0), ValueError, 'feature_dim0'),
+        (lambda: ft.ReluFeatures(sketch_dim=2.), TypeError, 'sketch_dim'),
+        (lambda: ft.ReluFeatures(generate_rand_mtx='yes'), TypeError,
+         'generate_rand_mtx'),
+        (lambda: ft.DenseFeatures(1, W_std='1'), TypeError, 'W_std'),
+        (lambda: ft.DenseFeatures(1, parameterization='standard'),
+         NotImplementedError, 'parameterization'),
+        (lambda: ft.ConvFeatures(1, (3, 3), padding='FULL'), ValueError,
+         'padding'),
+        (lambda: ft.FlattenFeatures(batch_axis_out=2), ValueError,
+         'batch_axis_out'),
+        (lambda: ft.LayerNormFeatures(eps=-1.), ValueError, 'eps'),
+        (lambda: ft.ElementwiseFeatures(3.), TypeError, 'fn'),
+        (lambda: ft.ElementwiseFeatures(jnp.sin, n_quadrature=4), ValueError,
+         'n_quadrature'),
+        (lambda: ft.serial(ft.DenseFeatures), TypeError, 'serial'),
+        (lambda: ft.LayerNormFeatures(axis=0)[1](jnp.ones((2, 3)), ()),
+         ValueError, 'axis'),
+        (lambda: ft.AvgPoolFeatures((0, 2)), ValueError, 'window_shape'),
+        (lambda: ft.AvgPoolFeatures((5, 5))[1](jnp.ones((1, 3, 3, 2)), ()),
+         ValueError, 'AvgPoolFeatures'),
+        (lambda: ft.ConvFeatures(1, (3, 3), padding='VALID')[1](
+            jnp.ones((1, 2, 2, 2)), ()), ValueError, 'filter_shape'),
+        (lambda: ft.ConvFeatures(1, (3,))[1](jnp.ones((1, 3, 3, 2)), ()),
+         ValueError, 'filter_shape'),
+        (lambda: ft.ReluFeatures('POLY', poly_degree=8)[0](
+            None, (2, 100)), ValueError, 'POLYSKETCH'),
+        (lambda: ft.ReluFeatures('RANDFEAT', 4, 4, 4)[0](0, (2, 3)),
+         TypeError, 'key'),
+        (lambda: ft.DenseFeatures(1, channel_axis=0)[1](
+            ft.Features(jnp.ones((2, 3)), jnp.ones((2, 0))), ()),
+         ValueError, 'channel_axis'),
+    ]
+    for make, error, name in cases:
+      with self.assertRaisesRegex(error, name):
+        make()
+
+  def test_import_neural_tangents_does_not_import_features(self):
+    # `nt.experimental` itself is a small module of lazy names.
+    code = ('import sys, neural_tangents as nt; '
+            'print(any(m.startswith("neural_tangents.experimental.") or '
+            'm.startswith("neural_tangents._src.experimental") '
+            'for m in sys.modules), '
+            'nt.experimental.features.DenseFeatures is not None)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, check=True, cwd=test_utils.REPO_ROOT,
+                         timeout=120,
+                         env={'PYTHONPATH': test_utils.REPO_ROOT,
+                              'JAX_PLATFORMS': 'cpu'})
+    self.assertEqual(out.stdout.strip(), 'False True')
+
+if __name__ == '__main__':
+  absltest.main()
