@@ -83,7 +83,7 @@ from neural_tangents._src.experimental.features.feature_type import replace_chan
 from neural_tangents._src.experimental.features.feature_type import rows_of
 from neural_tangents._src.experimental.features.gram import gram
 from neural_tangents._src.experimental.features.gram import gram_features
-from neural_tangents._src.stax.elementwise import relu_kernel_map
+from neural_tangents._src.stax.kernel_maps import relu_kernel_map
 from neural_tangents._src.utils import arguments
 
 Array = jax.Array
