@@ -88,7 +88,9 @@ class ConvTest(test_utils.NeuralTangentsTestCase):
       [('1d_valid_strided_then_same_masked', _1D,
         dict(filter_shape=(3,), strides=(2,), padding='VALID'),
         dict(filter_shape=(2,), padding='SAME'),
-        ({}, dict(padding='CIRCULAR')), True),
+        # (CIRCULAR instead of SAME in the second layer moves the masked
+        # kernel by less than the tolerance: 0.096.)
+        ({}, dict(filter_shape=(3,))), True),
        ('1d_circular', _1D,
         dict(filter_shape=(3,), padding='CIRCULAR'),
         dict(filter_shape=(4,), strides=(2,), padding='CIRCULAR'),
