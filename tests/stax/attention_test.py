@@ -10,7 +10,6 @@ from neural_tangents import stax
 from neural_tangents._src.stax import attention
 from tests import test_utils
 
-_MC_TOL = 0.05  # relative to the kernel's largest entry.
 # NTK estimates use fewer samples (Jacobians are costly), so are noisier.
 _NTK_MC_TOL = 0.07
 _WIDTH = 512
@@ -101,17 +100,17 @@ class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
     nngp, _ = test_utils.monte_carlo_kernels(
         init_fn, apply_fn, x1, x2, n_nngp, key, compute_ntk=False,
         batch_size=64)
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), test_utils.MC_TOL)
     wrong = _network(hidden, **wrong_kwargs)[2](x1, x2, ('nngp', 'ntk'))
     # The estimate tells the right kernel from a plausible wrong one.
     self.assertGreater(test_utils.relative_error(nngp, wrong.nngp),
-                       2 * _MC_TOL)
+                       2 * test_utils.MC_TOL)
     if n_ntk:
       _, ntk = test_utils.monte_carlo_kernels(init_fn, apply_fn, x1, x2,
                                               n_ntk, key, batch_size=8)
       self.assertLess(test_utils.relative_error(ntk, k.ntk), _NTK_MC_TOL)
       self.assertGreater(test_utils.relative_error(ntk, wrong.ntk),
-                         2 * _MC_TOL)
+                         2 * test_utils.MC_TOL)
 
   def test_masked_matches_monte_carlo(self):
     x1, x2 = _inputs(False)
@@ -125,12 +124,13 @@ class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, values, kernel_fn, x1, x2, n_nngp=128, n_ntk=24,
         batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
     k = kernel_fn(x1, x2, 'nngp')
     self.assertAllClose(k[0, :, 3], jnp.zeros_like(k[0, :, 3]))
     unmasked = kernel_fn(x1.masked_value, x2.masked_value, 'nngp')
-    self.assertGreater(test_utils.relative_error(unmasked, k), 2 * _MC_TOL)
+    self.assertGreater(test_utils.relative_error(unmasked, k),
+                       2 * test_utils.MC_TOL)
 
 
   def test_different_spatial_sizes_read_out_by_pooling(self):
@@ -147,9 +147,10 @@ class AttentionMonteCarloTest(test_utils.NeuralTangentsTestCase):
     nngp, _ = test_utils.monte_carlo_kernels(
         init_fn, apply_fn, x1, x2, 128, jax.random.PRNGKey(0),
         compute_ntk=False, batch_size=64)
-    self.assertLess(test_utils.relative_error(nngp, k), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k), test_utils.MC_TOL)
     wrong = net('IDENTITY')[2](x1, x2, 'nngp')
-    self.assertGreater(test_utils.relative_error(nngp, wrong), 2 * _MC_TOL)
+    self.assertGreater(test_utils.relative_error(nngp, wrong),
+                       2 * test_utils.MC_TOL)
     # Positional embeddings have one spatial shape.
     with self.assertRaisesRegex(ValueError, r"different spatial shapes.*"
                                 r"pos_emb_type='SUM'.*pos_emb_type='NONE'"):

@@ -8,7 +8,6 @@ from neural_tangents import stax
 from tests import test_utils
 
 
-_MC_TOL = 0.05
 
 _inputs = test_utils.stax_inputs
 
@@ -160,8 +159,8 @@ class BranchingTest(test_utils.NeuralTangentsTestCase):
       nngp_err, ntk_err = test_utils.monte_carlo_errors(
           init_fn, apply_fn, jax.jit(kernel_fn, static_argnums=2), x1, x2,
           key=test_utils.fast_key(0), n_nngp=128, n_ntk=32)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_concat_spatial_diagonal_agrees_with_full(self):
     _, _, kernel_fn = stax.serial(

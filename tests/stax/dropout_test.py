@@ -10,7 +10,6 @@ from neural_tangents import stax
 from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
 
-_MC_TOL = test_utils.MC_TOL
 
 
 _inputs = test_utils.graded_inputs
@@ -44,10 +43,10 @@ class DropoutTest(test_utils.NeuralTangentsTestCase):
           apply_kwargs=lambda key: {'rng': key})
       # The same network without dropout has a visibly different kernel.
       k_test = network('test')[2](x, None, ('nngp', 'ntk'))
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), test_utils.MC_TOL)
     self.assertGreater(test_utils.relative_error(nngp, k_test.nngp),
-                       2 * _MC_TOL)
+                       2 * test_utils.MC_TOL)
 
   def test_kernel_rescales_only_self_pairs(self):
     def self_pairs(n, batch_pair):

@@ -26,7 +26,6 @@ from neural_tangents._src.utils import kernel as kernel_lib
 from neural_tangents._src.utils import row_blocks
 from tests import test_utils
 
-_MC_TOL = test_utils.MC_TOL
 
 
 def _gelu_tanh(x):
@@ -185,7 +184,7 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
   @parameterized.named_parameters(_params(_MONTE_CARLO_CASES))
   def test_kernel_matches_monte_carlo(self, name):
     nngp, ntk, mc_nngp, mc_ntk = _monte_carlo(name)
-    tol = _MC_TOL_DEEP.get(name, _MC_TOL)
+    tol = _MC_TOL_DEEP.get(name, test_utils.MC_TOL)
     self.assertLess(test_utils.relative_error(mc_nngp, nngp), tol, 'nngp')
     self.assertLess(test_utils.relative_error(mc_ntk, ntk), tol, 'ntk')
 
@@ -199,8 +198,8 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
       k = kernel_fn(x1, x2, ('nngp', 'ntk'))
       nngp, ntk = test_utils.monte_carlo_kernels(
           init_fn, apply_fn, x1, x2, 64, jax.random.PRNGKey(7), batch_size=32)
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), test_utils.MC_TOL)
 
   @parameterized.named_parameters(_params(_EQUIVALENT))
   def test_special_case_equals_checked_layer(self, name):
@@ -235,15 +234,15 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
       k = kernel_fn(x1, x2, ('nngp', 'ntk'))
       nngp, ntk = test_utils.monte_carlo_kernels(
           init_fn, apply_fn, x1, x2, 32, jax.random.PRNGKey(7), batch_size=16)
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), test_utils.MC_TOL)
     # And a plausible mistake (no shift) is rejected at this tolerance.
     _, _, wrong_fn = stax.serial(
         stax.Dense(1, b_std=0.3), stax.ExpNormalized(gamma=gamma, shift=-1.),
         stax.Dense(1, b_std=0.3), stax.ExpNormalized(gamma=gamma, shift=-1.),
         stax.Dense(1, b_std=0.3))
     self.assertGreater(test_utils.relative_error(
-        nngp, wrong_fn(x1, x2, 'nngp')), 2 * _MC_TOL)
+        nngp, wrong_fn(x1, x2, 'nngp')), 2 * test_utils.MC_TOL)
 
   @parameterized.named_parameters(*test_utils.full_tier_cases(
       # (layer, a plausible wrong kernel for it); the layers of the default
@@ -265,7 +264,7 @@ class MonteCarloTest(test_utils.NeuralTangentsTestCase):
     k = kernel_fn(*_inputs(), ('nngp', 'ntk'))
     errors = (test_utils.relative_error(mc_nngp, k.nngp),
               test_utils.relative_error(mc_ntk, k.ntk))
-    self.assertGreater(max(errors), _MC_TOL_DEEP.get(name, _MC_TOL))
+    self.assertGreater(max(errors), _MC_TOL_DEEP.get(name, test_utils.MC_TOL))
 
 
 class ApplyTest(test_utils.NeuralTangentsTestCase):

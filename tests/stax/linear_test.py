@@ -10,7 +10,6 @@ from tests import test_utils
 from tests import upstream_reference
 
 
-_MC_TOL = test_utils.MC_TOL
 
 _inputs = test_utils.stax_inputs
 
@@ -45,8 +44,8 @@ class DenseTest(test_utils.NeuralTangentsTestCase):
         stax.Dense(256, W_std=1.2, b_std=b_std,
                    parameterization=parameterization, s=s2))
     nngp_err, ntk_err = _float32_monte_carlo_errors(network, *_inputs())
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_single_dense_kernel_is_exact(self):
     # One Dense layer on inputs: nngp = W_std^2 x1.x2 / d + b_std^2 exactly,
@@ -181,8 +180,8 @@ class FlattenTest(test_utils.NeuralTangentsTestCase):
         stax.Dense(256, W_std=1.1, b_std=0.1))
     nngp_err, ntk_err = _float32_monte_carlo_errors(
         network, *_inputs((2, 3, 2, 3), (2, 3, 2, 3)))
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_kernels_are_position_averages(self):
     # Flattened positions are independent channels: both kernels are those

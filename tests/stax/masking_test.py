@@ -10,7 +10,6 @@ from neural_tangents._src.stax import masking
 from neural_tangents._src.stax import protocol
 from tests import test_utils
 
-_MC_TOL = test_utils.MC_TOL
 _PAD = 7.  # Padding value, masked with `mask_constant`.
 
 
@@ -116,8 +115,8 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
       nngp_err, ntk_err = test_utils.monte_carlo_errors(
           init_fn, _values(apply_fn), kernel_fn, f32(x1), f32(x2), n_nngp=128,
           n_ntk=24, batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
     # The test can tell masking from none: without the mask the padding
     # (`_PAD`, large) dominates the kernel.
     k_unmasked = kernel_fn(x1.masked_value, x2.masked_value, 'nngp')
@@ -212,14 +211,14 @@ class MaskingTest(test_utils.NeuralTangentsTestCase):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, _values(apply_fn), kernel_fn, x1, x2, n_nngp=128, n_ntk=24,
         batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
     # Pooling zero-filled, unmasked inputs (all positions) is far off.
     zero_filled = lambda x: jnp.where(x.mask, 0., x.masked_value)
     k_zeros = kernel_fn(zero_filled(x1), zero_filled(x2), 'nngp')
     self.assertGreater(
         test_utils.relative_error(k_zeros, kernel_fn(x1, x2, 'nngp')),
-        2 * _MC_TOL)
+        2 * test_utils.MC_TOL)
 
   def test_layer_without_masking_refuses_masked_inputs(self):
     x, mask = _sequences()

@@ -11,7 +11,6 @@ from neural_tangents._src.stax.masking import MaskedArray
 from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
 
-_MC_TOL = test_utils.MC_TOL
 
 
 _inputs = test_utils.graded_inputs
@@ -49,9 +48,10 @@ class LayerNormTest(test_utils.NeuralTangentsTestCase):
       # Examples of different norms: without the normalization the kernel is
       # visibly different.
       unnormalized = network(False)[2](x1, x2, 'nngp')
-    self.assertLess(test_utils.relative_error(nngp, k.nngp), _MC_TOL)
-    self.assertLess(test_utils.relative_error(ntk, k.ntk), _MC_TOL)
-    self.assertGreater(test_utils.relative_error(nngp, unnormalized), _MC_TOL)
+    self.assertLess(test_utils.relative_error(nngp, k.nngp), test_utils.MC_TOL)
+    self.assertLess(test_utils.relative_error(ntk, k.ntk), test_utils.MC_TOL)
+    self.assertGreater(test_utils.relative_error(nngp, unnormalized),
+                       test_utils.MC_TOL)
 
   # Per-position and whole-example statistics; per-position on sequences
   # and one axis of images with NT_TEST_FULL=1.

@@ -14,7 +14,6 @@ from neural_tangents import stax
 from neural_tangents._src.stax import inputs
 from tests import test_utils
 
-_MC_TOL = 0.05  # relative to the kernel's largest entry.
 
 
 def _inputs(spatial=(5, 4), n1=2, n2=3, n_chan=3):
@@ -77,8 +76,8 @@ class ImageResizeTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, apply_fn, kernel_fn, x1, x2, n_nngp=128, n_ntk=16,
         batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_resizing_channels_or_batch_raises(self):
     x1, _ = _inputs()
@@ -150,8 +149,8 @@ class IndexTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, apply_fn, kernel_fn, x1, x2, n_nngp=128, n_ntk=24,
         batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_masked(self):
     x1, _ = _inputs()
@@ -244,8 +243,8 @@ class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, _channels_last(apply_fn, 1), kernel_fn, x1, x2, n_nngp=128,
         n_ntk=24, batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def _masked_sequences(self):
     """`(N, 5, C)` sequences of lengths (5, 3) and (4,), masks `(N, 5, 1)`,
@@ -299,8 +298,8 @@ class DotGeneralTest(test_utils.NeuralTangentsTestCase, _ExactMixin):
     nngp_err, ntk_err = test_utils.monte_carlo_errors(
         init_fn, _channels_last(values, 1), kernel_fn, m1, m2, n_nngp=128,
         n_ntk=24, batch_size=8)
-    self.assertLess(nngp_err, _MC_TOL)
-    self.assertLess(ntk_err, _MC_TOL)
+    self.assertLess(nngp_err, test_utils.MC_TOL)
+    self.assertLess(ntk_err, test_utils.MC_TOL)
 
   def test_kernel_axes(self):
     # The channel axis is recorded as -1 when it is last, as `Dense` does.
