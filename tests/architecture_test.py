@@ -12,8 +12,11 @@ Two rules, stated in CONTRIBUTING.md ("Module boundaries"):
    and counting a package's `__init__.py` as a module: a circle through the
    re-exports of an `__init__` is a circle too.
 
-And one size limit: **no module over 800 lines** (`_MAX_LINES`), except
-the modules of `_LONG_MODULES`, which may not grow past their recorded size.
+And two size limits: **no module over 800 lines** (`_MAX_LINES`), except
+the modules of `_LONG_MODULES`, and **no function over 120 lines of code**
+(`_MAX_FUNCTION_LINES`: from its `def` line to its last line, its docstring
+aside; a nested function counts in its parent too), except the functions of
+`_LONG_FUNCTIONS`. Neither allow-list may grow past its recorded size.
 
 The checks read the source with `ast`; nothing is imported.
 """
@@ -167,12 +170,10 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 # A module longer than this is split by concept (CONTRIBUTING.md, "Layout").
 _MAX_LINES = 800
 # Modules over `_MAX_LINES` when the limit was set, with their line counts
-# then; each may not grow past it, and leaves the list once split:
-#   empirical/structured/rules.py: 902 lines (one `Rule` record per JAX
-#   primitive, grouped by family; see docs/dev/structured_derivatives.md).
-_LONG_MODULES = {
-    'neural_tangents/_src/empirical/structured/rules.py': 902,
-}
+# then; each may not grow past it, and leaves the list once split (the list
+# is empty since `empirical/structured/rules.py` became the package `rules/`,
+# one module per primitive family).
+_LONG_MODULES: dict[str, int] = {}
 
 
 def long_modules(root: pathlib.Path = _ROOT,
@@ -195,6 +196,79 @@ def long_modules(root: pathlib.Path = _ROOT,
     elif lines > _MAX_LINES:
       found.append(f'{rel}: {lines} lines, over {_MAX_LINES}; split it by '
                    'concept')
+  return sorted(found)
+
+
+# A function longer than this is split into named helpers (CONTRIBUTING.md,
+# "Module boundaries").
+_MAX_FUNCTION_LINES = 120
+# Functions over `_MAX_FUNCTION_LINES` when the limit was set, as
+# `path:qualified name` with their lines of code then; each may not grow past
+# it, and leaves the list once shortened.
+_LONG_FUNCTIONS = {
+    'neural_tangents/_src/predict/ensemble.py:gradient_descent_mse_ensemble':
+        195,
+    'neural_tangents/_src/predict/mse.py:gradient_descent_mse': 155,
+    'neural_tangents/_src/predict/gp.py:gp_inference': 127,
+}
+
+
+def function_lengths(path: pathlib.Path) -> dict[str, int]:
+  """Lines of code of each function of a file, its docstring aside.
+
+  Keys are qualified names (`Outer.inner` for a function defined in `Outer`,
+  a function or a class); a function's lines run from its `def` line to its
+  last line, nested functions included.
+  """
+  lengths = {}
+
+  def visit(node: ast.AST, prefix: str) -> None:
+    for child in ast.iter_child_nodes(node):
+      name = prefix
+      if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        name = f'{prefix}{child.name}'
+        n = child.end_lineno - child.lineno + 1
+        first = child.body[0]
+        if (isinstance(first, ast.Expr) and
+            isinstance(first.value, ast.Constant) and
+            isinstance(first.value.value, str)):
+          n -= first.end_lineno - first.lineno + 1
+        lengths[name] = max(n, lengths.get(name, 0))
+        name += '.'
+      elif isinstance(child, ast.ClassDef):
+        name = f'{prefix}{child.name}.'
+      visit(child, name)
+
+  visit(ast.parse(path.read_text(), str(path)), '')
+  return lengths
+
+
+def long_functions(root: pathlib.Path = _ROOT,
+                   allowed: Optional[dict[str, int]] = None) -> list[str]:
+  """Every function over `_MAX_FUNCTION_LINES` lines of code that `allowed`
+  (`path:name` -> lines, by default `_LONG_FUNCTIONS`) does not allow, as
+  `path:name: N lines`; and every allowed function that grew past its entry,
+  is no longer long, or no longer exists."""
+  allowed = _LONG_FUNCTIONS if allowed is None else allowed
+  found, seen = [], set()
+  for path in package_modules(root).values():
+    rel = path.relative_to(root).as_posix()
+    for name, lines in function_lengths(path).items():
+      key = f'{rel}:{name}'
+      seen.add(key)
+      if key in allowed:
+        if lines > allowed[key]:
+          found.append(f'{key}: {lines} lines, grew past the {allowed[key]} '
+                       'allowed; extract named helpers')
+        elif lines <= _MAX_FUNCTION_LINES:
+          found.append(f'{key}: {lines} lines, no longer over '
+                       f'{_MAX_FUNCTION_LINES}; remove it from '
+                       '`_LONG_FUNCTIONS`')
+      elif lines > _MAX_FUNCTION_LINES:
+        found.append(f'{key}: {lines} lines, over {_MAX_FUNCTION_LINES}; '
+                     'extract named helpers')
+  found += [f'{key}: not found; remove it from `_LONG_FUNCTIONS`'
+            for key in allowed if key not in seen]
   return sorted(found)
 
 
@@ -279,6 +353,40 @@ class ArchitectureTest(absltest.TestCase):
                   found[1])
     self.assertIn(f'{_PACKAGE}/split.py: 1 lines, no longer over', found[2])
 
+  def test_the_size_check_catches_long_functions(self):
+    tmp_dir = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp_dir.cleanup)
+    tmp = pathlib.Path(tmp_dir.name)
+    pkg = tmp / _PACKAGE
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('')
+
+    def function(name: str, lines: int, indent: str = '') -> str:
+      # `def`, a docstring of three lines (not counted), `lines - 1` more.
+      return (f'{indent}def {name}():\n'
+              f'{indent}  """Doc.\n\n{indent}  More.\n{indent}  """\n' +
+              f'{indent}  x = 1\n' * (lines - 1))
+
+    limit = _MAX_FUNCTION_LINES
+    (pkg / 'a.py').write_text(
+        function('new', limit + 1) + function('short', limit) +
+        function('grown', limit + 2) + function('kept', limit + 1) +
+        function('shortened', 5) +
+        # A nested function counts in its parent, docstring included (only a
+        # function's own docstring is aside): 2 + (limit + 4) lines.
+        'class C:\n  def outer(self):\n    y = 2\n' +
+        function('inner', limit, indent='    '))
+    allowed = {f'{_PACKAGE}/a.py:{name}': limit + 1
+               for name in ('grown', 'kept', 'shortened', 'gone')}
+    self.assertEqual(function_lengths(pkg / 'a.py')['C.outer.inner'], limit)
+    found = long_functions(tmp, allowed)
+    self.assertLen(found, 5, found)
+    self.assertIn(f'a.py:C.outer: {limit + 6} lines, over', found[0])
+    self.assertIn('a.py:gone: not found', found[1])
+    self.assertIn(f'a.py:grown: {limit + 2} lines, grew past', found[2])
+    self.assertIn(f'a.py:new: {limit + 1} lines, over', found[3])
+    self.assertIn('a.py:shortened: 5 lines, no longer over', found[4])
+
   def test_no_module_imports_another_modules_private_names(self):
     found = private_imports()
     self.assertEmpty(found, 'Give these helpers a public name in the module '
@@ -294,6 +402,11 @@ class ArchitectureTest(absltest.TestCase):
     found = long_modules()
     self.assertEmpty(found, f'Modules over {_MAX_LINES} lines:\n' +
                      '\n'.join(found))
+
+  def test_no_function_is_over_the_size_limit(self):
+    found = long_functions()
+    self.assertEmpty(found, f'Functions over {_MAX_FUNCTION_LINES} lines of '
+                     'code:\n' + '\n'.join(found))
 
 
 if __name__ == '__main__':

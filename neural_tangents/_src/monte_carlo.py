@@ -141,17 +141,8 @@ def monte_carlo_kernel_fn(
     (3, 2)
   """
   counts, as_generator = _sample_counts(n_samples)
-  if not batching.is_array(key):
-    raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
-                    '. Pass e.g. `jax.random.PRNGKey(0)`.')
-  # One key: the samples' keys are split from it (a batch of keys is not).
-  key = arguments.prng_key(key, 'key')
-  arguments.callable_arg(
-      init_fn, 'init_fn', 'Pass the `init_fn(key, input_shape)` of a network, '
-      'e.g. the first of `stax.serial(...)`.')
-  arguments.callable_arg(
-      apply_fn, 'apply_fn', 'Pass the `apply_fn(params, x)` of a network, '
-      'e.g. the second of `stax.serial(...)`.')
+  key = _check_key(key)
+  _check_network(init_fn, apply_fn)
   batching.check_batch_size(batch_size)
   if progress:
     batching.progress_bar_class()
@@ -160,6 +151,102 @@ def monte_carlo_kernel_fn(
                                   vmap_axes, implementation)
   init_keys, chain_rngs = published_key_chain(key, counts[-1])
   takes_rng = _takes_rng(apply_fn)
+  sample_sum = _sample_sum_fn(init_fn, empirical, init_keys, chain_rngs)
+
+  # One block (`batch_size=None`) still jits the sum and handles storage.
+  summed = batching.batched(
+      sample_sum, batch_size or None, devices, bool(store_on_device),
+      progress=False)
+
+  def partial_sum(x1, x2, get, start, stop, kwargs):
+    args = (x1, x2, get, np.asarray(start, np.int32),
+            np.asarray(stop, np.int32))
+    if not batch_size and not _has_example_pairs(sample_sum, args, kwargs):
+      # A traced or diagonal batch axis: no `(N1, N2)` blocks to assemble.
+      out = _jit_with_static(sample_sum, args, kwargs)
+      return out if store_on_device else jax.device_get(out)
+    return summed(*args, **kwargs)
+
+  def range_sum(x1, x2, get, start, stop, kwargs, bar):
+    """Sum over samples `start <= s < stop`, in chunks advancing `bar`."""
+    if bar is None:
+      return partial_sum(x1, x2, get, start, stop, kwargs)
+    step = max(1, -(-counts[-1] // _PROGRESS_STEPS))
+    total = None
+    for lo in range(start, stop, step):
+      hi = min(lo + step, stop)
+      total = _add(total, partial_sum(x1, x2, get, lo, hi, kwargs))
+      bar.update(hi - lo)
+    return total
+
+  def estimates(x1, x2, get, kwargs) -> Generator[Any, None, None]:
+    total, done = None, 0
+    bar = _progress_bar(progress, counts[-1], x1, x2)
+    try:
+      for n in counts:
+        if n > done:
+          total = _add(total, range_sum(x1, x2, get, done, n, kwargs, bar))
+          done = n
+        yield _divide(total, n)
+    finally:
+      if bar is not None:
+        bar.close()
+
+  def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
+                **apply_fn_kwargs) -> Any:
+    get = _check_get(get)
+    x2 = canonical_x2(x2)
+    check_inputs(x1, x2)
+    apply_fn_kwargs = _with_sample_rngs(x1, x2, takes_rng, apply_fn_kwargs)
+    if as_generator:
+      return estimates(x1, x2, get, apply_fn_kwargs)
+    bar = _progress_bar(progress, counts[-1], x1, x2)
+    try:
+      return _divide(
+          range_sum(x1, x2, get, 0, counts[0], apply_fn_kwargs, bar),
+          counts[0])
+    finally:
+      if bar is not None:
+        bar.close()
+
+  return kernel_fn
+
+
+def _check_key(key: Any) -> jax.Array:
+  """`key` as one PRNG key, or raises."""
+  if not batching.is_array(key):
+    raise TypeError(f'`key` must be a PRNG key array; got {type(key).__name__}'
+                    '. Pass e.g. `jax.random.PRNGKey(0)`.')
+  # One key: the samples' keys are split from it (a batch of keys is not).
+  return arguments.prng_key(key, 'key')
+
+
+def _check_network(init_fn: InitFn, apply_fn: ApplyFn) -> None:
+  arguments.callable_arg(
+      init_fn, 'init_fn', 'Pass the `init_fn(key, input_shape)` of a network, '
+      'e.g. the first of `stax.serial(...)`.')
+  arguments.callable_arg(
+      apply_fn, 'apply_fn', 'Pass the `apply_fn(params, x)` of a network, '
+      'e.g. the second of `stax.serial(...)`.')
+
+
+def _sample_sum_fn(init_fn: InitFn, empirical: Callable[..., Any],
+                   init_keys: jax.Array,
+                   chain_rngs: jax.Array) -> Callable[..., Any]:
+  """`sample_sum(x1, x2, get, start, stop, **kwargs)`: a sum of samples.
+
+  Args:
+    init_fn: the network's `init_fn`.
+    empirical: its empirical kernel function, `empirical(x1, x2, get,
+      params, **apply_fn_kwargs)`.
+    init_keys: the params key of each sample (`published_key_chain`).
+    chain_rngs: the `apply_fn` key of each sample (`published_key_chain`).
+
+  Returns:
+    `sample_sum(x1, x2, get, start, stop, *, chain_x2_is_x1=None,
+    **apply_fn_kwargs)`: the sum of the empirical kernels of samples
+    `start <= s < stop`, which `nt.batch` can compute in blocks of examples.
+  """
 
   def sample_sum(x1: PyTree, x2: PyTree, get: Any, start: jax.Array,
                  stop: jax.Array, *, chain_x2_is_x1: Any = None,
@@ -203,83 +290,45 @@ def monte_carlo_kernel_fn(
       return total[0]
     return utils.get_namedtuple(tuple(names))(*total)
 
-  # One block (`batch_size=None`) still jits the sum and handles storage.
-  summed = batching.batched(
-      sample_sum, batch_size or None, devices, bool(store_on_device),
-      progress=False)
+  return sample_sum
 
-  def partial_sum(x1, x2, get, start, stop, kwargs):
-    args = (x1, x2, get, np.asarray(start, np.int32),
-            np.asarray(stop, np.int32))
-    if not batch_size and not _has_example_pairs(sample_sum, args, kwargs):
-      # A traced or diagonal batch axis: no `(N1, N2)` blocks to assemble.
-      out = _jit_with_static(sample_sum, args, kwargs)
-      return out if store_on_device else jax.device_get(out)
-    return summed(*args, **kwargs)
 
-  def progress_bar(x1, x2) -> Any:
-    traced = any(isinstance(x, jax.core.Tracer)
-                 for x in jax.tree_util.tree_leaves((x1, x2)))
-    if not progress or traced:
-      return None
-    return batching.progress_bar_class()(
-        total=counts[-1], desc='Monte Carlo samples', unit='network')
+def _with_sample_rngs(x1: PyTree, x2: PyTree, takes_rng: bool,
+                      apply_fn_kwargs: dict[str, Any]) -> dict[str, Any]:
+  """The keyword arguments of `sample_sum`: how each sample's `rng` is made.
 
-  def range_sum(x1, x2, get, start, stop, kwargs, bar):
-    """Sum over samples `start <= s < stop`, in chunks advancing `bar`."""
-    if bar is None:
-      return partial_sum(x1, x2, get, start, stop, kwargs)
-    step = max(1, -(-counts[-1] // _PROGRESS_STEPS))
-    total = None
-    for lo in range(start, stop, step):
-      hi = min(lo + step, stop)
-      part = partial_sum(x1, x2, get, lo, hi, kwargs)
-      total = part if total is None else jax.tree_util.tree_map(
-          lambda a, b: a + b, total, part)
-      bar.update(hi - lo)
-    return total
+  Without a caller's `rng` (and an `apply_fn` that takes one), the chain's
+  keys, with `chain_x2_is_x1` saying whether x2 is None or equals x1; a
+  caller's single `rng` becomes the pair `(rng1, rng2)` of `read_rng` (one
+  key when they are the same).
+  """
+  apply_fn_kwargs = dict(apply_fn_kwargs)
+  if takes_rng and 'rng' not in apply_fn_kwargs:
+    same = inputs_are_equal(x1, x2)
+    # Traced inputs under the caller's `jit`: equal only if identical.
+    apply_fn_kwargs['chain_x2_is_x1'] = same if isinstance(same,
+                                                           bool) else False
+  rng = apply_fn_kwargs.get('rng')
+  if is_single_key(rng):
+    rng1, rng2 = read_rng(rng, x1, x2)
+    apply_fn_kwargs['rng'] = rng1 if rng2 is rng1 else (rng1, rng2)
+  return apply_fn_kwargs
 
-  def estimates(x1, x2, get, kwargs) -> Generator[Any, None, None]:
-    total, done = None, 0
-    bar = progress_bar(x1, x2)
-    try:
-      for n in counts:
-        if n > done:
-          part = range_sum(x1, x2, get, done, n, kwargs, bar)
-          total = part if total is None else jax.tree_util.tree_map(
-              lambda a, b: a + b, total, part)
-          done = n
-        yield _divide(total, n)
-    finally:
-      if bar is not None:
-        bar.close()
 
-  def kernel_fn(x1: PyTree, x2: PyTree = None, get: Any = None,
-                **apply_fn_kwargs) -> Any:
-    get = _check_get(get)
-    x2 = canonical_x2(x2)
-    check_inputs(x1, x2)
-    if takes_rng and 'rng' not in apply_fn_kwargs:
-      same = inputs_are_equal(x1, x2)
-      # Traced inputs under the caller's `jit`: equal only if identical.
-      apply_fn_kwargs['chain_x2_is_x1'] = same if isinstance(same,
-                                                             bool) else False
-    rng = apply_fn_kwargs.get('rng')
-    if is_single_key(rng):
-      rng1, rng2 = read_rng(rng, x1, x2)
-      apply_fn_kwargs['rng'] = rng1 if rng2 is rng1 else (rng1, rng2)
-    if as_generator:
-      return estimates(x1, x2, get, apply_fn_kwargs)
-    bar = progress_bar(x1, x2)
-    try:
-      return _divide(
-          range_sum(x1, x2, get, 0, counts[0], apply_fn_kwargs, bar),
-          counts[0])
-    finally:
-      if bar is not None:
-        bar.close()
+def _progress_bar(progress: bool, total: int, x1: PyTree, x2: PyTree) -> Any:
+  """A `tqdm` bar of `total` samples, or None (no progress, or traced)."""
+  traced = any(isinstance(x, jax.core.Tracer)
+               for x in jax.tree_util.tree_leaves((x1, x2)))
+  if not progress or traced:
+    return None
+  return batching.progress_bar_class()(
+      total=total, desc='Monte Carlo samples', unit='network')
 
-  return kernel_fn
+
+def _add(total: Any, part: Any) -> Any:
+  """`total + part` leaf by leaf, `part` when there is no total yet."""
+  return part if total is None else jax.tree_util.tree_map(
+      lambda a, b: a + b, total, part)
 
 
 def published_key_chain(key: jax.Array,

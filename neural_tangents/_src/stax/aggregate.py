@@ -267,21 +267,7 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
   def kernel_fn(k: Kernel, *, pattern=(None, None), **kwargs) -> Kernel:
     ndim = len(k.shape1)
     check_layout(k, batch_axis, channel_axis, 'Aggregate')
-    if pattern is None:
-      pattern = (None, None)
-    if not isinstance(pattern, (tuple, list)) or len(pattern) != 2:
-      raise ValueError(
-          '`pattern` for `kernel_fn` must be a pair `(pattern1, pattern2)` '
-          f'for `x1` and `x2`; got {type(pattern).__name__}. Pass e.g. '
-          '`pattern=(p1, p2)`, or `pattern=(p1, None)` when `x2` is None.')
-    p1, p2 = pattern
-    if k.x1_is_x2:
-      if p2 is not None and not _same_pattern(p1, p2):
-        raise ValueError(
-            '`pattern[1]` must be None (or equal to `pattern[0]`) when `x2` '
-            'is None: the kernel pairs `x1` with itself, but the two patterns '
-            'differ. Pass `pattern=(p1, None)`, or pass `x2` explicitly.')
-      p2 = p1
+    p1, p2 = _kernel_patterns(pattern, k.x1_is_x2)
     if p1 is None and p2 is None:
       return k
     k = ensure_full_spatial(k)
@@ -301,27 +287,9 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
                                              'pattern[1]')
     d1 = jnp.broadcast_to(d1, (n1, v, v))
     d2 = jnp.broadcast_to(d2, (n2, v, v))
-    hi = lax.Precision.HIGHEST
 
     def two_sided(x, n_batch, left, right):
-      """`left[n] x[n, m] right[m]^T` over node axes; `(N1, [N2,] ...)`."""
-      if x is None:
-        return None
-      first = [n_batch + 2 * i for i in agg_sp]
-      second = [n_batch + 2 * i + 1 for i in agg_sp]
-      others = [a for i in rest_sp for a in (n_batch + 2 * i,
-                                             n_batch + 2 * i + 1)]
-      order = list(range(n_batch)) + first + second + others
-      y = jnp.transpose(x, order)
-      moved = y.shape
-      y = y.reshape(y.shape[:n_batch] + (v, v) + y.shape[n_batch + 2 * len(
-          agg_sp):])
-      if n_batch == 2:
-        y = jnp.einsum('nij,nmjk...,mlk->nmil...', left, y, right,
-                       precision=hi)
-      else:
-        y = jnp.einsum('nij,njk...,nlk->nil...', left, y, right, precision=hi)
-      return jnp.transpose(y.reshape(moved), np.argsort(order))
+      return _aggregate_pairs(x, n_batch, left, right, agg_sp, rest_sp)
 
     cov_batch = 1 if k.diagonal_batch else 2
     return k.replace(
@@ -334,3 +302,65 @@ def Aggregate(aggregate_axis: Optional[Union[int, Sequence[int]]] = None,
     return masking.mask_all_channels(mask, channel_axis)
 
   return init_fn, apply_fn, kernel_fn, mask_fn
+
+
+def _kernel_patterns(pattern: Any, x1_is_x2: bool) -> tuple[Any, Any]:
+  """`(pattern1, pattern2)` of `kernel_fn`'s `pattern` argument, or raises.
+
+  `None` stands for `(None, None)`; when `x2` is None (`x1_is_x2`) the
+  second pattern is the first.
+  """
+  if pattern is None:
+    pattern = (None, None)
+  if not isinstance(pattern, (tuple, list)) or len(pattern) != 2:
+    raise ValueError(
+        '`pattern` for `kernel_fn` must be a pair `(pattern1, pattern2)` '
+        f'for `x1` and `x2`; got {type(pattern).__name__}. Pass e.g. '
+        '`pattern=(p1, p2)`, or `pattern=(p1, None)` when `x2` is None.')
+  p1, p2 = pattern
+  if x1_is_x2:
+    if p2 is not None and not _same_pattern(p1, p2):
+      raise ValueError(
+          '`pattern[1]` must be None (or equal to `pattern[0]`) when `x2` '
+          'is None: the kernel pairs `x1` with itself, but the two patterns '
+          'differ. Pass `pattern=(p1, None)`, or pass `x2` explicitly.')
+    p2 = p1
+  return p1, p2
+
+
+def _aggregate_pairs(x: Optional[Array], n_batch: int, left: Array,
+                     right: Array, agg_sp: Sequence[int],
+                     rest_sp: Sequence[int]) -> Optional[Array]:
+  """`left[n] x[n, m] right[m]^T` over node axes; `(N1, [N2,] ...)`.
+
+  Args:
+    x: a covariance in the interleaved layout, with `n_batch` leading batch
+      axes, or None.
+    n_batch: 2 for `(N1, N2, ...)`, 1 for `(N, ...)`.
+    left: `(N1, V, V)` weights `[n, receiver, sender]` of `x1`'s nodes.
+    right: the same for `x2`'s nodes (`(N2, V, V)`).
+    agg_sp: the spatial dimensions aggregated, whose sizes multiply to `V`.
+    rest_sp: the other spatial dimensions, carried along.
+
+  Returns:
+    The aggregated covariance, in the layout of `x`; None if `x` is None.
+  """
+  if x is None:
+    return None
+  v = left.shape[-1]
+  first = [n_batch + 2 * i for i in agg_sp]
+  second = [n_batch + 2 * i + 1 for i in agg_sp]
+  others = [a for i in rest_sp for a in (n_batch + 2 * i,
+                                         n_batch + 2 * i + 1)]
+  order = list(range(n_batch)) + first + second + others
+  y = jnp.transpose(x, order)
+  moved = y.shape
+  y = y.reshape(y.shape[:n_batch] + (v, v) + y.shape[n_batch + 2 * len(
+      agg_sp):])
+  if n_batch == 2:
+    y = jnp.einsum('nij,nmjk...,mlk->nmil...', left, y, right,
+                   precision=lax.Precision.HIGHEST)
+  else:
+    y = jnp.einsum('nij,njk...,nlk->nil...', left, y, right,
+                   precision=lax.Precision.HIGHEST)
+  return jnp.transpose(y.reshape(moved), np.argsort(order))

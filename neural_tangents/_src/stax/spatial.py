@@ -520,42 +520,9 @@ def DotGeneral(lhs: Optional[Array] = None,
       x = jnp.transpose(x_std, np.argsort(in_order))
       return jnp.transpose(dot(x, hi), out_order)
 
-    def two_sided(x, paired):
-      """Maps the positions of both sides of a covariance `x` (interleaved
-      layout), whose leading axes are `(N1, N2)` if `paired` else `(N,)`."""
-      n_batch = 2 if paired else 1
-      n_sp = (x.ndim - n_batch) // 2
-      first = [n_batch + 2 * i for i in range(n_sp)]
-      second = [n_batch + 2 * i + 1 for i in range(n_sp)]
-      # Side 1: (N1, S..., [N2,] S'...) with the trailing axes as channels.
-      x = jnp.transpose(x, [0] + first + list(range(1, n_batch)) + second)
-      rest = x.shape[1 + n_sp:]
-      x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
-      x = x.reshape(x.shape[:-1] + rest)  # (N1, T..., [N2,] S'...)
-      n_t = len(spatial_out)
-      # Side 2: bring (N2 or N1, S'...) first, carrying (N1, T...) / (T...).
-      if paired:
-        order = [1 + n_t] + list(range(2 + n_t, x.ndim)) + list(
-            range(1 + n_t))
-      else:
-        order = [0] + list(range(1 + n_t, x.ndim)) + list(range(1, 1 + n_t))
-      x = jnp.transpose(x, order)
-      rest = x.shape[1 + n_sp:]
-      x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
-      x = x.reshape(x.shape[:-1] + rest)  # (N2, T'..., [N1,] T...)
-      # Back to (N1, [N2,] T_1, T_1', ..., T_d, T_d').
-      if paired:
-        lead = [1 + n_t, 0]
-        t1 = list(range(2 + n_t, x.ndim))
-      else:
-        lead = [0]
-        t1 = list(range(1 + n_t, x.ndim))
-      t2 = list(range(1, 1 + n_t))
-      order = lead + [a for pair in zip(t1, t2) for a in pair]
-      return jnp.transpose(x, order)
-
     n_cov_pair = not k.diagonal_batch
-    apply = lambda x, paired: None if x is None else two_sided(x, paired)
+    apply = lambda x, paired: None if x is None else _map_both_sides(
+        x, paired, map_positions, len(spatial_out))
     return k.replace(nngp=apply(k.nngp, True), ntk=apply(k.ntk, True),
                      cov1=apply(k.cov1, n_cov_pair),
                      cov2=apply(k.cov2, n_cov_pair),
@@ -566,21 +533,68 @@ def DotGeneral(lhs: Optional[Array] = None,
   def mask_fn(mask, input_shape):
     if const is None:
       return mask
-    # Contracted and dot_general-batched axes must have their full sizes;
-    # free axes of size 1 stay so (the output mask broadcasts along them).
-    (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
-    used = (tuple(c_lhs) + tuple(b_lhs) if inputs_are_lhs else
-            tuple(c_rhs) + tuple(b_rhs))
-    used = {a % len(input_shape) for a in used}
-    shape = [input_shape[a] if a in used else mask.shape[a]
-             for a in range(len(input_shape))]
-    unmasked = jnp.broadcast_to(~mask, shape).astype(const.dtype)
-    reach = dot_with(unmasked, (const != 0).astype(const.dtype))
-    return reach == 0
-
-  def dot_with(x, c):
-    if inputs_are_lhs:
-      return lax.dot_general(x, c, dimension_numbers)
-    return lax.dot_general(c, x, dimension_numbers)
+    return _dot_general_mask(mask, input_shape, const, dimension_numbers,
+                             inputs_are_lhs)
 
   return init_fn, apply_fn, kernel_fn, mask_fn
+
+
+def _map_both_sides(x: Array, paired: bool, map_positions,
+                    n_t: int) -> Array:
+  """Maps the positions of both sides of a covariance `x` (interleaved
+  layout), whose leading axes are `(N1, N2)` if `paired` else `(N,)`.
+
+  `map_positions` maps `(B, S..., P)` to `(B, T..., P)`, the channel axis
+  carrying `P` columns of the other side's covariance; `n_t` is the number
+  of output spatial axes `T...`.
+  """
+  n_batch = 2 if paired else 1
+  n_sp = (x.ndim - n_batch) // 2
+  first = [n_batch + 2 * i for i in range(n_sp)]
+  second = [n_batch + 2 * i + 1 for i in range(n_sp)]
+  # Side 1: (N1, S..., [N2,] S'...) with the trailing axes as channels.
+  x = jnp.transpose(x, [0] + first + list(range(1, n_batch)) + second)
+  rest = x.shape[1 + n_sp:]
+  x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
+  x = x.reshape(x.shape[:-1] + rest)  # (N1, T..., [N2,] S'...)
+  # Side 2: bring (N2 or N1, S'...) first, carrying (N1, T...) / (T...).
+  if paired:
+    order = [1 + n_t] + list(range(2 + n_t, x.ndim)) + list(range(1 + n_t))
+  else:
+    order = [0] + list(range(1 + n_t, x.ndim)) + list(range(1, 1 + n_t))
+  x = jnp.transpose(x, order)
+  rest = x.shape[1 + n_sp:]
+  x = map_positions(x.reshape(x.shape[:1 + n_sp] + (-1,)))
+  x = x.reshape(x.shape[:-1] + rest)  # (N2, T'..., [N1,] T...)
+  # Back to (N1, [N2,] T_1, T_1', ..., T_d, T_d').
+  if paired:
+    lead = [1 + n_t, 0]
+    t1 = list(range(2 + n_t, x.ndim))
+  else:
+    lead = [0]
+    t1 = list(range(1 + n_t, x.ndim))
+  t2 = list(range(1, 1 + n_t))
+  order = lead + [a for pair in zip(t1, t2) for a in pair]
+  return jnp.transpose(x, order)
+
+
+def _dot_general_mask(mask: Array, input_shape: Sequence[int], const: Array,
+                      dimension_numbers: DimensionNumbers,
+                      inputs_are_lhs: bool) -> Array:
+  """The output mask of `DotGeneral`: an output entry is masked iff every
+  input entry it depends on through a nonzero entry of `const` is masked."""
+  # Contracted and dot_general-batched axes must have their full sizes;
+  # free axes of size 1 stay so (the output mask broadcasts along them).
+  (c_lhs, c_rhs), (b_lhs, b_rhs) = dimension_numbers
+  used = (tuple(c_lhs) + tuple(b_lhs) if inputs_are_lhs else
+          tuple(c_rhs) + tuple(b_rhs))
+  used = {a % len(input_shape) for a in used}
+  shape = [input_shape[a] if a in used else mask.shape[a]
+           for a in range(len(input_shape))]
+  unmasked = jnp.broadcast_to(~mask, shape).astype(const.dtype)
+  nonzero = (const != 0).astype(const.dtype)
+  if inputs_are_lhs:
+    reach = lax.dot_general(unmasked, nonzero, dimension_numbers)
+  else:
+    reach = lax.dot_general(nonzero, unmasked, dimension_numbers)
+  return reach == 0

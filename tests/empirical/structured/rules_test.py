@@ -1,4 +1,4 @@
-"""Tests for `structured/rules.py`: the table is the installed JAX's."""
+"""Tests for `structured/rules/`: the table is the installed JAX's."""
 from absl.testing import absltest
 import jax
 from jax import lax
@@ -44,7 +44,7 @@ class RulesTest(test_utils.NeuralTangentsTestCase):
     installed = _installed_primitive_names()
     missing = sorted(set(rules.RULES) - installed)
     self.assertEqual(missing, [], f'{missing} are not primitives of JAX '
-                     f'{jax.__version__}; rename their records in rules.py '
+                     f'{jax.__version__}; rename their records in rules/ '
                      'and keep the old name in ALIASES.')
 
   def test_probes_trace_to_their_primitive(self):
@@ -76,6 +76,32 @@ class RulesTest(test_utils.NeuralTangentsTestCase):
         eqn, = jax.make_jaxpr(fn)(x).eqns
         self.assertTrue(rules.is_call(eqn.primitive.name, kind),
                         eqn.primitive.name)
+
+  def test_custom_calls_tail_as_a_diagonal_when_their_body_is_elementwise(
+      self):
+    # The call records read the records of the body's primitives; the
+    # diagonal is the call's own derivative rule (here `3 * tangent`).
+    def custom(fn):
+      wrapped = jax.custom_jvp(fn)
+      wrapped.defjvp(lambda primals, tangents: (fn(*primals),
+                                                3. * tangents[0]))
+      return wrapped
+
+    aval = [jax.ShapeDtypeStruct((3,), jnp.float32)]
+    v = jnp.array([0.1, 0.5, 2.], jnp.float32)
+    for fn, elementwise in ((lambda x: jnp.sin(2. * x) + x, True),
+                            (lambda x: x[::-1], False)):
+      p = program.trace_program(lambda a, fn=fn: [custom(fn)(a[0])], aval)
+      eqn, = p.eqns
+      self.assertTrue(rules.is_call(eqn.name, rules.CUSTOM), eqn.name)
+      step = rules.rule(eqn.name).tail_step(eqn, 0, ['i'], einsum.Letters())
+      if not elementwise:
+        self.assertIsNone(step)
+        continue
+      letters, (factor,), scale, products = step
+      self.assertEqual((letters, factor.letters, scale, products),
+                       (['i'], ('i',), 1., 0))
+      self.assertAllClose(factor.value(v), jnp.full_like(v, 3.))
 
   def test_sub_form_carries_its_sign(self):
     # `d(a - b)/db = -1` is the record's, not the planner's, knowledge.

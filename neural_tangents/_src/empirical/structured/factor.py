@@ -1,6 +1,6 @@
 """`Factor`: a value of the network as it enters an einsum.
 
-Jacobian forms (`rules.py`), cotangent tails (`tails.py`) and contractions
+Jacobian forms (`rules/`), cotangent tails (`tails.py`) and contractions
 (`contraction.py`) are einsums of factors: program values (`ir.Atom`),
 possibly transformed (a reciprocal, an elementwise derivative, the windows of
 a convolution's input), with the letters of `empirical/einsum.py`.

@@ -3,7 +3,7 @@
 A `Program` is a network's computation as a flat list of primitive equations
 (`Eqn`), each reading atoms (`Var`: a value computed by the program; `Const`:
 a value known when it was traced) and writing `Var`s. `program.py` builds
-programs from jaxprs and runs them; `rules.py` reads their equations. This
+programs from jaxprs and runs them; `rules/` reads their equations. This
 module imports nothing else of the package, so that both can use it.
 
 Example:

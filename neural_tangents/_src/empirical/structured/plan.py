@@ -11,7 +11,7 @@ is one einsum of the cotangents `G` (sized like the layer's output, not like
 may contract as `(G1 G2^T) * (X1 X2^T)` without ever forming a Jacobian.
 
 `make_plan` reads `f` as a flat program (`program.py`) and, with the
-per-primitive records of `rules.py`:
+per-primitive records of `rules/`:
 
 1. follows each parameter leaf through *chains* of linear operations on it
    alone (transposes, reshapes, broadcasts, scalings, ...);

@@ -3,7 +3,7 @@
 Structured derivatives need to see where each parameter enters a network, and
 which primitive it enters. `trace_program` records `f` with `jax.make_jaxpr`
 and flattens it into a `Program` (`ir.py`): an equation whose primitive's
-record in `rules.py` has an `expand` (calls that only group equations:
+record in `rules/` has an `expand` (calls that only group equations:
 `jit`, `closed_call`, `remat2`; a `scan` of a few steps, e.g. `stax.repeat`)
 is replaced by the equations it expands to, so that a parameter used inside
 a jitted layer or a scanned step is seen where it is used. Primitives with

@@ -8,7 +8,7 @@ user who does not pass `vmap_axes` has not promised either.
 `batch_axes` proves it, conservatively, by following the batch axis through
 every equation: each value either does not depend on `x` (its batch axis is
 `None`) or has one axis such that its slice `n` depends on `x` only through
-`x[n]`. A primitive without a `batch_axis` in `rules.py`, or one that
+`x[n]`. A primitive without a `batch_axis` in `rules/`, or one that
 mixes slices (a reduction over the batch axis, a gather, a loop), ends the
 proof, and the caller falls back to whole-batch derivatives. The proof reads
 the traced program, so Python-level shape logic in `f` cannot fool it.

@@ -4,7 +4,7 @@ The cotangent `G_u = dF/du` of a value `u` can be written as an einsum when
 the rest of the network after `u` (its *tail*) is simple: elementwise
 functions (a diagonal factor, their derivative), reductions and broadcasts
 (letters), and at most one product with another value (a factor). Each
-step is a primitive's `tail_step` in `rules.py`. For a CNN ending in
+step is a primitive's `tail_step` in `rules/`. For a CNN ending in
 `relu -> mean over space -> dense`, the last convolution's cotangent is
 `relu'(y)[h, w, c] W[c, o] / HW`, and contracting these factors, instead of
 a materialized `G[o, h, w, c]`, saves the product over `o` of a
