@@ -1,9 +1,12 @@
 """Outputs of wide networks trained by gradient descent, and GP inference.
 
 Modules: `layout` (kernel and output layout, kernel checks), `posterior`
-(what `get` selects, `Gaussian`), `solve` (Cholesky, eigh and conjugate
-gradient solves of the train kernel, `KernelRows`, `SolveInfo`), `flow`
-(relaxation of the gradient flow and posterior covariances), `mse`
+(what `get` selects, `Gaussian`), `options` (`SolveOptions`, the solver
+keywords checked once), `solve` (Cholesky, eigh and conjugate gradient solves
+of the train kernel, `KernelRows`, `SolveInfo`), `train_kernels`
+(`TrainKernels`: the train kernels, targets and cached factorizations of one
+prediction function), `flow` (relaxation of the gradient flow and posterior
+covariances), `mse`
 (`gradient_descent_mse`, `max_learning_rate`), `ensemble`
 (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and `ode_descent`
 (`gradient_descent` on any loss, `ODEState`). The public names are

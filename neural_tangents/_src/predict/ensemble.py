@@ -2,13 +2,12 @@
 (`gradient_descent_mse_ensemble`), from a stax-style `kernel_fn`."""
 import functools
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.flow import finite_time_covariance
 from neural_tangents._src.predict.flow import flow_times
 from neural_tangents._src.predict.flow import infinite_time_covariance
@@ -24,15 +23,15 @@ from neural_tangents._src.predict.layout import matrix_row_shape
 from neural_tangents._src.predict.layout import matrix_to_covariance
 from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
-from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
-from neural_tangents._src.predict.posterior import cached
+from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.predict.posterior import kernels_needed
 from neural_tangents._src.predict.posterior import parse_posterior_get
 from neural_tangents._src.predict.posterior import Posterior
 from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
+from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.stax.requirements import is_pairwise_kernel_fn
 from neural_tangents._src.utils.typing import Axes, Get
 
@@ -331,181 +330,196 @@ def gradient_descent_mse_ensemble(
   """
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
-  n_pairs = len(layout.untraced)
-  cache: dict[Any, Any] = {}
-
-  def train_kernels(kernels: Sequence[str],
-                    computed: Optional[dict[str, Array]] = None
-                    ) -> dict[str, Array]:
-    """Unregularized train-train matrices; missing ones in one call (or
-    `computed` already)."""
-    fresh = {}
-    missing = [k for k in kernels if ('k', k) not in cache]
-    if missing:
-      if computed is None:
-        computed = _kernel_fn_matrices(kernel_fn, x_train, None, missing,
-                                       kernel_fn_train_train_kwargs)
-      computed = {k: computed[k] for k in missing}
-      for kernel, k in computed.items():
-        check_kernel(k, f'kernel_fn(x_train, None, "{kernel}")', y_train,
-                     layout, trace_axes, square=True)
-        check_finite(k, f'kernel_fn(x_train, None, "{kernel}")')
-        k = k.astype(jnp.result_type(k.dtype, float))
-        fresh[kernel] = cached(cache, ('k', kernel),
-                               lambda k=k: kernel_to_matrix(k, n_pairs))
-    return {k: fresh[k] if k in fresh else cache[('k', k)] for k in kernels}
-
-  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
-  solve.check_diag_reg(diag_reg)
-
-  def flow(kernel: str, k: Array,
-           regularized: bool) -> tuple[solve.Eigen, Array]:
-    """Eigendecomposition of the (regularized) kernel, and `V^T y`."""
-    def compute():
-      eig = solve.factorize(k, diag_reg if regularized else 0.,
-                            diag_reg_absolute_scale, 'eigh',
-                            name=f'kernel_fn(x_train, None, "{kernel}")').eig
-      y = outputs_to_matrix(y_train.astype(k.dtype), layout)
-      return eig, eig.evecs.T @ y
-    return cached(cache, ('flow', kernel, regularized), compute)
-
-  def infinite_time_solver(kernel: str, k: Array
-                           ) -> tuple[solve.Solver, Array]:
-    """The `solver` of the regularized kernel, and `Theta_reg^{-1} y`."""
-    def compute():
-      factor = solve.factorize(
-          k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
-          maxiter=maxiter, preconditioner_rank=preconditioner_rank,
-          name=f'kernel_fn(x_train, None, "{kernel}")')
-      with jax.ensure_compile_time_eval():
-        alpha = factor.solve(outputs_to_matrix(y_train.astype(k.dtype),
-                                               layout))
-      return factor, alpha
-    return cached(cache, ('solver', kernel), compute)
-
-  def prior_in_eigenbasis(posterior: Posterior, eig: solve.Eigen,
-                          k_prior: Array, regularized: bool) -> Array:
-    """`V^T P V` for the flow eigenvectors `V` and the unregularized prior."""
-    return cached(cache, ('middle', posterior, regularized),
-                  lambda: eig.evecs.T @ k_prior @ eig.evecs)
-
-  def interpolation(t_shape: tuple[int, ...], dtype: Any,
-                    compute_cov: bool) -> Any:
-    """Train-set predictions at infinite time: `y_train`, zero covariance."""
-    mean = jnp.broadcast_to(y_train.astype(dtype), t_shape + y_train.shape)
-    if not compute_cov:
-      return mean
-    row_shape = matrix_row_shape(y_train.shape, layout)
-    rows = math.prod(row_shape)
-    cov = matrix_to_covariance(jnp.zeros(t_shape + (rows, rows), dtype),
-                               row_shape)
-    return Gaussian(mean, cov)
+  options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
+                          maxiter, preconditioner_rank)
+  train = TrainKernels(
+      y_train, layout, options, trace_axes=trace_axes,
+      name='kernel_fn(x_train, None, "{}")',
+      load=lambda kernels: _checked_train_matrices(train, _kernel_fn_matrices(
+          kernel_fn, x_train, None, kernels, kernel_fn_train_train_kwargs)))
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  x_test: Optional[Array] = None,
                  get: Get = None,
                  compute_cov: bool = False,
                  **kernel_fn_test_test_kwargs) -> Any:
-    names, single = parse_posterior_get(get)
-    on_train = x_test is None
-    # On the training set at infinite time the outputs interpolate: only the
-    # flow kernels are computed (to check them), no prior.
-    needed = kernels_needed(names, compute_cov and not (on_train and
-                                                        t is None))
-    priors = tuple(k for k in needed if compute_cov and any(
-        POSTERIORS[name].prior == k for name in names))
-    joint = None
-    if not on_train and any(('k', k) not in cache for k in needed):
-      joint = _joint_kernel_matrices(
-          kernel_fn, x_train, x_test, needed,
-          {**kernel_fn_train_train_kwargs, **kernel_fn_test_test_kwargs})
-    k_train = train_kernels(needed, joint and joint[0])
-    dtype = jnp.result_type(*k_train.values())
-
-    if on_train:
-      k_test_train, test_shape = k_train, y_train.shape
-      k_test_test = {k: k_train[k] for k in priors}
-    else:
-      kernels = joint[1] if joint else _kernel_fn_matrices(
-          kernel_fn, x_test, x_train, needed,
-          _test_train_kwargs(kernel_fn_train_train_kwargs,
-                             kernel_fn_test_test_kwargs))
-      k_test_train = {}
-      for kernel, k in kernels.items():
-        check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', y_train,
-                     layout, trace_axes, square=False)
-        test_shape = shape_of_test_outputs(k, y_train, layout)
-        k_test_train[kernel] = kernel_to_matrix(k.astype(dtype), n_pairs)
-      k_test_test = {}
-      if priors:
-        kernels = {k: joint[2][k] for k in priors} if joint else (
-            _kernel_fn_matrices(
-                kernel_fn, x_test, None, priors,
-                _test_test_kwargs(kernel_fn_train_train_kwargs,
-                                  kernel_fn_test_test_kwargs)))
-        k_test_test = {
-            kernel: kernel_to_matrix(
-                k.astype(dtype), n_pairs,
-                name=f'kernel_fn(x_test, None, "{kernel}")')
-            for kernel, k in kernels.items()}
-
-    tau, t_shape = flow_times(t, learning_rate / y_train.size, dtype)
-    row_shape = matrix_row_shape(test_shape, layout)
-    out = {}
-    for name in names:
-      posterior = POSTERIORS[name]
-      if on_train and t is None:
-        out[name] = interpolation(t_shape, dtype, compute_cov)
-        continue
-      if t is None and solver != 'eigh' and not on_train:
-        factor, alpha = infinite_time_solver(posterior.flow,
-                                             k_train[posterior.flow])
-        k_test = k_test_train[posterior.flow]
-        mean = matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
-                                 test_shape, layout)
-        if not compute_cov:
-          out[name] = mean
-          continue
-        cov = infinite_time_covariance(
-            factor, k_test, k_test_train[posterior.prior],
-            k_test_test[posterior.prior],
-            None if posterior.prior == posterior.flow else
-            k_train[posterior.prior])
-        out[name] = Gaussian(mean, matrix_to_covariance(cov, row_shape))
-        continue
-      if on_train:  # The published convention (`flow.train_set_flow`).
-        eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
-                            regularized=True)
-        mean, cov = train_set_flow(
-            eig, tau, y_eigen,
-            None if posterior.prior == posterior.flow or not compute_cov
-            else k_train[posterior.prior], compute_cov)
-        mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
-                                 test_shape, layout)
-        out[name] = mean if cov is None else Gaussian(
-            mean, matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
-                                       row_shape))
-        continue
-      eig, y_eigen = flow(posterior.flow, k_train[posterior.flow],
-                          regularized=not on_train)
-      scales = integrated_relaxation(eig, tau)
-      b = k_test_train[posterior.flow] @ eig.evecs
-      mean = scaled_product(b, scales, y_eigen)
-      mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
-                               test_shape, layout)
-      if not compute_cov:
-        out[name] = mean
-        continue
-      middle = (None if posterior.prior == posterior.flow else
-                prior_in_eigenbasis(posterior, eig, k_train[posterior.prior],
-                                    regularized=not on_train))
-      d = eig.evecs.T @ k_test_train[posterior.prior].T
-      cov = finite_time_covariance(b, scales, k_test_test[posterior.prior], d,
-                                   middle, eig.evals)
-      cov = matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
-                                 row_shape)
-      out[name] = Gaussian(mean, cov)
-    return results_by_get(out, names, single,
-                          'Gaussians' if compute_cov else 'Means')
+    with train.one_call():
+      return _predict(train, learning_rate, kernel_fn, x_train, t, x_test,
+                      get, compute_cov, kernel_fn_train_train_kwargs,
+                      kernel_fn_test_test_kwargs)
 
   return predict_fn
+
+
+def _predict(train: TrainKernels, learning_rate: float,
+             kernel_fn: Callable[..., Any],
+             x_train: Any, t: Optional[ArrayOrScalar], x_test: Any, get: Get,
+             compute_cov: bool, train_kwargs: dict[str, Any],
+             test_kwargs: dict[str, Any]) -> Any:
+  """`predict_fn` of `gradient_descent_mse_ensemble` (see there)."""
+  names, single = parse_posterior_get(get)
+  on_train = x_test is None
+  # On the training set at infinite time the outputs interpolate: only the
+  # flow kernels are computed (to check them), no prior.
+  needed = kernels_needed(names, compute_cov and not (on_train and
+                                                      t is None))
+  priors = tuple(k for k in needed if compute_cov and any(
+      POSTERIORS[name].prior == k for name in names))
+  if on_train:
+    k_train = train.matrices(needed)
+    test = _Test(k_train, {k: k_train[k] for k in priors}, train.y_train.shape,
+                 matrix_row_shape(train.y_train.shape, train.layout))
+  else:
+    test = _test_kernels(train, kernel_fn, x_train, x_test, needed, priors,
+                         train_kwargs, test_kwargs)
+  dtype = jnp.result_type(*test.train.values())
+  tau, t_shape = flow_times(t, learning_rate / train.y_train.size, dtype)
+  out = {}
+  for name in names:
+    posterior = POSTERIORS[name]
+    if on_train and t is None:
+      out[name] = _interpolation(train, t_shape, dtype, compute_cov)
+    elif t is None and train.options.solver != 'eigh':
+      out[name] = _infinite_time(train, posterior, test, compute_cov)
+    elif on_train:  # The published convention (`flow.train_set_flow`).
+      out[name] = _train_set(train, posterior, tau, t_shape, compute_cov)
+    else:
+      out[name] = _finite_time(train, posterior, test, tau, t_shape,
+                               compute_cov)
+  return results_by_get(out, names, single,
+                        'Gaussians' if compute_cov else 'Means')
+
+
+class _Test(NamedTuple):
+  """The test kernels of one `predict_fn` call, as matrices by name.
+
+  Attributes:
+    train: test-train kernels (the train-train ones on the training set).
+    test: test-test kernels of the priors.
+    shape: the shape of the test outputs.
+    row_shape: the test outputs' shape in the covariance's rows.
+  """
+  train: dict[str, Array]
+  test: dict[str, Array]
+  shape: tuple[int, ...]
+  row_shape: tuple[int, ...]
+
+
+def _checked_train_matrices(train: TrainKernels,
+                            kernels: dict[str, Array]) -> dict[str, Array]:
+  """Train-train kernels checked against `y_train`, finite, as matrices."""
+  out = {}
+  for kernel, k in kernels.items():
+    check_kernel(k, train.name(kernel), train.y_train, train.layout,
+                 train.trace_axes, square=True)
+    check_finite(k, train.name(kernel))
+    k = k.astype(jnp.result_type(k.dtype, float))
+    out[kernel] = kernel_to_matrix(k, len(train.layout.untraced))
+  return out
+
+
+def _test_kernels(train: TrainKernels, kernel_fn: Callable[..., Any],
+                  x_train: Any, x_test: Any, needed: tuple[str, ...],
+                  priors: tuple[str, ...], train_kwargs: dict[str, Any],
+                  test_kwargs: dict[str, Any]) -> _Test:
+  """The test-train kernels of `needed` and test-test ones of `priors` (with
+  the train-train ones not kept yet, in one joint call where it applies)."""
+  joint = None
+  if train.missing(needed):
+    joint = _joint_kernel_matrices(kernel_fn, x_train, x_test, needed,
+                                   {**train_kwargs, **test_kwargs})
+  k_train = train.matrices(needed, joint and (
+      lambda kernels: _checked_train_matrices(
+          train, {k: joint[0][k] for k in kernels})))
+  dtype = jnp.result_type(*k_train.values())
+  n_pairs = len(train.layout.untraced)
+  kernels = joint[1] if joint else _kernel_fn_matrices(
+      kernel_fn, x_test, x_train, needed,
+      _test_train_kwargs(train_kwargs, test_kwargs))
+  k_test_train = {}
+  for kernel, k in kernels.items():
+    check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', train.y_train,
+                 train.layout, train.trace_axes, square=False)
+    test_shape = shape_of_test_outputs(k, train.y_train, train.layout)
+    k_test_train[kernel] = kernel_to_matrix(k.astype(dtype), n_pairs)
+  k_test_test = {}
+  if priors:
+    kernels = {k: joint[2][k] for k in priors} if joint else (
+        _kernel_fn_matrices(kernel_fn, x_test, None, priors,
+                            _test_test_kwargs(train_kwargs, test_kwargs)))
+    k_test_test = {
+        kernel: kernel_to_matrix(k.astype(dtype), n_pairs,
+                                 name=f'kernel_fn(x_test, None, "{kernel}")')
+        for kernel, k in kernels.items()}
+  return _Test(k_test_train, k_test_test, test_shape,
+               matrix_row_shape(test_shape, train.layout))
+
+
+def _interpolation(train: TrainKernels, t_shape: tuple[int, ...], dtype: Any,
+                   compute_cov: bool) -> Any:
+  """Train-set predictions at infinite time: `y_train`, zero covariance."""
+  y_train = train.y_train
+  mean = jnp.broadcast_to(y_train.astype(dtype), t_shape + y_train.shape)
+  if not compute_cov:
+    return mean
+  row_shape = matrix_row_shape(y_train.shape, train.layout)
+  rows = math.prod(row_shape)
+  cov = matrix_to_covariance(jnp.zeros(t_shape + (rows, rows), dtype),
+                             row_shape)
+  return Gaussian(mean, cov)
+
+
+def _infinite_time(train: TrainKernels, posterior: Posterior, test: _Test,
+                   compute_cov: bool) -> Any:
+  """Test predictions at `t=None`, by one solve with the flow kernel."""
+  factor, alpha = train.weights(posterior.flow)
+  k_test = test.train[posterior.flow]
+  mean = matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
+                           test.shape, train.layout)
+  if not compute_cov:
+    return mean
+  cov = infinite_time_covariance(
+      factor, k_test, test.train[posterior.prior], test.test[posterior.prior],
+      None if posterior.prior == posterior.flow else
+      train.matrix(posterior.prior))
+  return Gaussian(mean, matrix_to_covariance(cov, test.row_shape))
+
+
+def _train_set(train: TrainKernels, posterior: Posterior, tau: Array,
+               t_shape: tuple[int, ...], compute_cov: bool) -> Any:
+  """Predictions on the training set at finite times, as published."""
+  eig, y_eigen = train.eigen(posterior.flow)
+  mean, cov = train_set_flow(
+      eig, tau, y_eigen,
+      None if posterior.prior == posterior.flow or not compute_cov
+      else train.matrix(posterior.prior), compute_cov)
+  y_shape = train.y_train.shape
+  mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]), y_shape,
+                           train.layout)
+  if cov is None:
+    return mean
+  return Gaussian(mean, matrix_to_covariance(
+      cov.reshape(t_shape + cov.shape[1:]),
+      matrix_row_shape(y_shape, train.layout)))
+
+
+def _finite_time(train: TrainKernels, posterior: Posterior, test: _Test,
+                 tau: Array, t_shape: tuple[int, ...],
+                 compute_cov: bool) -> Any:
+  """Test predictions at finite times, in the flow kernel's eigenbasis."""
+  eig, y_eigen = train.eigen(posterior.flow)
+  scales = integrated_relaxation(eig, tau)
+  b = test.train[posterior.flow] @ eig.evecs
+  mean = scaled_product(b, scales, y_eigen)
+  mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
+                           test.shape, train.layout)
+  if not compute_cov:
+    return mean
+  middle = (None if posterior.prior == posterior.flow else
+            train.prior_in_eigenbasis(posterior.flow, posterior.prior))
+  d = eig.evecs.T @ test.train[posterior.prior].T
+  cov = finite_time_covariance(b, scales, test.test[posterior.prior], d,
+                               middle, eig.evals)
+  cov = matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),
+                             test.row_shape)
+  return Gaussian(mean, cov)

@@ -10,7 +10,6 @@ import numpy as np
 from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import Array
-from neural_tangents._src.predict.layout import check_finite
 from neural_tangents._src.predict.layout import check_kernel
 from neural_tangents._src.predict.layout import is_kernel_like
 from neural_tangents._src.predict.layout import kernel_to_matrix
@@ -18,14 +17,14 @@ from neural_tangents._src.predict.layout import matrix_row_shape
 from neural_tangents._src.predict.layout import matrix_to_covariance
 from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
-from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
-from neural_tangents._src.predict.posterior import cached
+from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.predict.posterior import parse_posterior_get
 from neural_tangents._src.predict.posterior import Posterior
 from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
+from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -136,119 +135,111 @@ def gp_inference(
   """
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
-  n_pairs = len(layout.untraced)
-  cache: dict[Any, Any] = {}
-
-  def matrix(k: Any, kernel: str, arg: str, square: bool) -> Array:
-    if is_kernel_like(k):
-      kernels, k = k, getattr(k, kernel, None)
-      if k is None:
-        raise ValueError(
-            f'`{arg}` has no "{kernel}" kernel (got a {type(kernels).__name__} '
-            f'whose `{kernel}` is None); `get="nngp"` needs "nngp", "ntk" and '
-            '"ntkgp" need "ntk", and the "ntk" covariance also needs "nngp". '
-            f'Pass a `{arg}` that contains "{kernel}", e.g. '
-            "`kernel_fn(x1, x2, ('nngp', 'ntk'))`.")
-    if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
-            n_pairs == 0):
-      # Host and row-block train kernels stay where they are (no copy).
-      k = jnp.asarray(k)
-    check_kernel(k, arg, y_train, layout, trace_axes, square=square)
-    if not isinstance(k, jax.Array):
-      return k
-    return kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
-                            n_pairs)
-
-  def train(kernel: str) -> Array:
-    return cached(cache, ('k', kernel),
-                  lambda: matrix(k_train_train, kernel, 'k_train_train', True))
-
-  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
-  solve.check_diag_reg(diag_reg)
-  solve_info = {}
-
-  def flow(kernel: str) -> tuple[solve.Solver, Array]:
-    """The solver of the regularized kernel, and `Theta_reg^{-1} y`."""
-    def compute():
-      k = train(kernel)
-      if not isinstance(k, solve.KernelRows):
-        check_finite(solve.host_view(k), 'k_train_train')
-      factor = solve.factorize(
-          k, diag_reg, diag_reg_absolute_scale, solver, tol=tol,
-          maxiter=maxiter, preconditioner_rank=preconditioner_rank)
-      dtype = solve.compute_dtype(k.dtype)
-      with jax.ensure_compile_time_eval():  # Cached even when under `jit`.
-        alpha = factor.solve(outputs_to_matrix(y_train.astype(dtype),
-                                               layout))
-      solve_info[kernel] = factor.info
-      return factor, alpha
-    return cached(cache, ('flow', kernel), compute)
-
-  def on_train(posterior: Posterior, compute_cov: bool) -> Any:
-    """Predictions on the training points: not regularized, so at infinite
-    time they interpolate, `y_train` with zero covariance."""
-    k = train(posterior.flow)  # Checks the kernel against `y_train`.
-    mean = y_train.astype(jnp.result_type(k.dtype, y_train.dtype))
-    if not compute_cov:
-      return mean
-    row_shape = matrix_row_shape(y_train.shape, layout)
-    rows = math.prod(row_shape)
-    cov = matrix_to_covariance(jnp.zeros((rows, rows), mean.dtype),
-                               row_shape)
-    return Gaussian(mean, cov)
+  options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
+                          maxiter, preconditioner_rank)
+  train = TrainKernels(
+      y_train, layout, options, trace_axes=trace_axes, checked_finite=False,
+      load=lambda kernels: {kernel: _matrix(train, k_train_train, kernel,
+                                            'k_train_train', square=True)
+                            for kernel in kernels})
 
   def predict_fn(get: Get = None,
                  k_test_train: Any = None,
                  k_test_test: Any = None) -> Any:
-    names, single = parse_posterior_get(get)
-    if get is None and not is_kernel_like(k_train_train):
-      names, single = ('nngp',), True
-    compute_cov = k_test_test is not None
-    out = {}
-    for name in names:
-      posterior = POSTERIORS[name]
-      if k_test_train is None:
-        out[name] = on_train(posterior, compute_cov)
-        continue
-      if compute_cov and posterior.prior != posterior.flow:
-        # A bare `k_test_test` is the NNGP, the prior's test-test kernel (as
-        # published); the train kernels must hold both.
-        _check_both_kernels(name, posterior, k_train_train=k_train_train,
-                            k_test_train=k_test_train)
-      factor, alpha = flow(posterior.flow)
-      k_test = matrix(k_test_train, posterior.flow, 'k_test_train', False)
-      test_shape = shape_of_test_outputs(
-          _kernel_of(k_test_train, posterior.flow, 'k_test_train'), y_train,
-          layout)
-      mean = matrix_to_outputs(_matmul(k_test, alpha), test_shape, layout)
-      if not compute_cov:
-        out[name] = mean
-        continue
-      k_prior_test = matrix(k_test_train, posterior.prior, 'k_test_train',
-                            False)
-      k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior,
-                                          'k_test_test'))
-      row_shape = matrix_row_shape(test_shape, layout)
-      expected = tuple(size for size in row_shape for _ in range(2))
-      if k_tt_array.shape != expected:
-        raise ValueError(
-            f'`k_test_test` has shape {k_tt_array.shape} but the test '
-            f'outputs have shape {test_shape}, which need a test-test '
-            f'kernel of shape {expected}: pass the test-test kernel of the '
-            'same test points as `k_test_train`.')
-      k_tt = kernel_to_matrix(k_tt_array, n_pairs)
-      prior_train = (None if posterior.prior == posterior.flow else
-                     train(posterior.prior))
-      dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
-      cov = infinite_time_covariance(
-          factor, jnp.asarray(k_test, dtype),
-          jnp.asarray(k_prior_test, dtype), k_tt.astype(dtype), prior_train)
-      solve_info[posterior.flow] = factor.info
-      out[name] = Gaussian(mean, matrix_to_covariance(cov, row_shape))
-    return results_by_get(out, names, single, 'Gaussians')
+    with train.one_call():
+      names, single = parse_posterior_get(get)
+      if get is None and not is_kernel_like(k_train_train):
+        names, single = ('nngp',), True
+      out = {name: _posterior(train, name, k_train_train, k_test_train,
+                              k_test_test) for name in names}
+      return results_by_get(out, names, single, 'Gaussians')
 
-  predict_fn.solve_info = solve_info
+  predict_fn.solve_info = train.solve_info
   return predict_fn
+
+
+def _matrix(train: TrainKernels, k: Any, kernel: str, arg: str,
+            square: bool) -> Array:
+  """The `kernel` field of a kernel-like `k` (else `k`), checked against
+  `y_train`, as a matrix; host and row-block train kernels as they are."""
+  if is_kernel_like(k):
+    kernels, k = k, getattr(k, kernel, None)
+    if k is None:
+      raise ValueError(
+          f'`{arg}` has no "{kernel}" kernel (got a {type(kernels).__name__} '
+          f'whose `{kernel}` is None); `get="nngp"` needs "nngp", "ntk" and '
+          '"ntkgp" need "ntk", and the "ntk" covariance also needs "nngp". '
+          f'Pass a `{arg}` that contains "{kernel}", e.g. '
+          "`kernel_fn(x1, x2, ('nngp', 'ntk'))`.")
+  n_pairs = len(train.layout.untraced)
+  if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
+          n_pairs == 0):
+    # Host and row-block train kernels stay where they are (no copy).
+    k = jnp.asarray(k)
+  check_kernel(k, arg, train.y_train, train.layout, train.trace_axes,
+               square=square)
+  if not isinstance(k, jax.Array):
+    return k
+  return kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)), n_pairs)
+
+
+def _on_train(train: TrainKernels, posterior: Posterior,
+              compute_cov: bool) -> Any:
+  """Predictions on the training points: not regularized, so at infinite
+  time they interpolate, `y_train` with zero covariance."""
+  k = train.matrix(posterior.flow)  # Checks the kernel against `y_train`.
+  mean = train.y_train.astype(jnp.result_type(k.dtype, train.y_train.dtype))
+  if not compute_cov:
+    return mean
+  row_shape = matrix_row_shape(train.y_train.shape, train.layout)
+  rows = math.prod(row_shape)
+  cov = matrix_to_covariance(jnp.zeros((rows, rows), mean.dtype), row_shape)
+  return Gaussian(mean, cov)
+
+
+def _posterior(train: TrainKernels, name: str, k_train_train: Any,
+               k_test_train: Any, k_test_test: Any) -> Any:
+  """The posterior mean of `get=name` at the test points (the training points
+  if `k_test_train` is None), and with `k_test_test` the `Gaussian` with its
+  covariance."""
+  posterior = POSTERIORS[name]
+  if k_test_train is None:
+    return _on_train(train, posterior, k_test_test is not None)
+  if k_test_test is not None and posterior.prior != posterior.flow:
+    # A bare `k_test_test` is the NNGP, the prior's test-test kernel (as
+    # published); the train kernels must hold both.
+    _check_both_kernels(name, posterior, k_train_train=k_train_train,
+                        k_test_train=k_test_train)
+  factor, alpha = train.weights(posterior.flow)
+  k_test = _matrix(train, k_test_train, posterior.flow, 'k_test_train',
+                   square=False)
+  test_shape = shape_of_test_outputs(
+      _kernel_of(k_test_train, posterior.flow, 'k_test_train'), train.y_train,
+      train.layout)
+  mean = matrix_to_outputs(_matmul(k_test, alpha), test_shape, train.layout)
+  if k_test_test is None:
+    return mean
+  k_prior_test = _matrix(train, k_test_train, posterior.prior, 'k_test_train',
+                         square=False)
+  k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior,
+                                      'k_test_test'))
+  row_shape = matrix_row_shape(test_shape, train.layout)
+  expected = tuple(size for size in row_shape for _ in range(2))
+  if k_tt_array.shape != expected:
+    raise ValueError(
+        f'`k_test_test` has shape {k_tt_array.shape} but the test '
+        f'outputs have shape {test_shape}, which need a test-test '
+        f'kernel of shape {expected}: pass the test-test kernel of the '
+        'same test points as `k_test_train`.')
+  k_tt = kernel_to_matrix(k_tt_array, len(train.layout.untraced))
+  prior_train = (None if posterior.prior == posterior.flow else
+                 train.matrix(posterior.prior))
+  dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
+  cov = infinite_time_covariance(
+      factor, jnp.asarray(k_test, dtype), jnp.asarray(k_prior_test, dtype),
+      k_tt.astype(dtype), prior_train)
+  train.record(posterior.flow, factor)
+  return Gaussian(mean, matrix_to_covariance(cov, row_shape))
 
 
 def _check_both_kernels(name: str, posterior: Posterior,

@@ -1,7 +1,7 @@
 """Closed-form MSE gradient descent of one linearized network
 (`gradient_descent_mse`) and its largest stable learning rate
 (`max_learning_rate`)."""
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +21,12 @@ from neural_tangents._src.predict.layout import check_kernel
 from neural_tangents._src.predict.layout import checked_train_kernel
 from neural_tangents._src.predict.layout import kernel_to_matrix
 from neural_tangents._src.predict.layout import matrix_to_outputs
+from neural_tangents._src.predict.layout import OutputLayout
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.options import solve_options
+from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -123,8 +126,7 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
-  rows = isinstance(k_train_train, solve.KernelRows)
-  if rows:
+  if isinstance(k_train_train, solve.KernelRows):
     # Row blocks, never held whole: only CG at infinite time can use them.
     if solver != 'cg':
       raise ValueError(
@@ -138,47 +140,16 @@ def gradient_descent_mse(
   else:
     y_train, k_train_train, layout = checked_train_kernel(
         k_train_train, y_train, trace_axes)
-  solve.check_solver_args(solver, tol, maxiter, preconditioner_rank)
-  solve.check_diag_reg(diag_reg)
+  options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
+                          maxiter, preconditioner_rank)
   out_dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   # LAPACK has no half precision: solve in float32, return `out_dtype`.
   dtype = solve.compute_dtype(out_dtype)
-  if rows:
-    k = k_train_train
-  elif isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2:
-    # On the host, already a matrix: no copy.
-    k = k_train_train.astype(dtype, copy=False)
-  else:
-    k = kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
+  k = _train_matrix(k_train_train, layout, dtype)
   solve.check_symmetric(k)
-  y = outputs_to_matrix(y_train.astype(dtype), layout)
-  rate = learning_rate / y_train.size
-  cache = {}
-
-  def factor(kind: str) -> solve.Solver:
-    """The eigendecomposition ('eigh'), or the solver at infinite time."""
-    if kind in cache:
-      return cache[kind]
-    value = solve.factorize(
-        k, diag_reg, diag_reg_absolute_scale, kind, tol=tol, maxiter=maxiter,
-        preconditioner_rank=preconditioner_rank)
-    predict_fn.solve_info = value.info
-    if not isinstance(k, jax.core.Tracer):  # Traced values would leak.
-      cache[kind] = value
-    return value
-
-  def test_set(k_test_train: Any, fx_test_0: ArrayOrScalar
-               ) -> tuple[Array, Array, tuple[int, ...]]:
-    """The checked test-train kernel as a matrix, `fx_test_0` broadcast to
-    the test outputs' shape, and that shape."""
-    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
-    check_kernel(k_test_train, 'k_test_train', y_train, layout, trace_axes,
-                 square=False)
-    test_shape = shape_of_test_outputs(k_test_train, y_train, layout)
-    fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
-    k_test = kernel_to_matrix(k_test_train.astype(dtype),
-                              len(layout.untraced))
-    return k_test, fx_test_0, test_shape
+  train = TrainKernels(y_train, layout, options, lambda _: {'ntk': k},
+                       trace_axes=trace_axes)
+  flow = _Flow(learning_rate / y_train.size, dtype, out_dtype)
 
   def predict_fn(
       t: Optional[ArrayOrScalar] = None,
@@ -186,85 +157,142 @@ def gradient_descent_mse(
       fx_test_0: Optional[ArrayOrScalar] = None,
       k_test_train: Optional[Array] = None,
   ) -> Union[Optional[Array], tuple[Optional[Array], Array]]:
-    if fx_test_0 is not None and k_test_train is None:
-      raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
-                       '`k_test_train` to predict on the test set.')
-    if fx_train_0 is None and fx_test_0 is None:
-      raise ValueError(
-          '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
-          'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
-          '`fx_test_0` with `k_test_train` for the test outputs.')
-    tau, t_shape = flow_times(t, rate, dtype)
-    residual = y
-    if fx_train_0 is not None:
-      fx_train_0 = broadcast_initial_outputs(fx_train_0, y_train.shape,
-                                             'fx_train_0')
-      residual = y - outputs_to_matrix(fx_train_0.astype(dtype), layout)
-    if t is None and solver != 'eigh':
-      return _infinite_time(factor(solver), residual, fx_train_0,
-                            fx_test_0, k_test_train)
-    if rows:
-      raise ValueError(
-          f'Predictions at finite `t` (got t={t!r}) need the '
-          'eigendecomposition of `k_train_train`, which needs the kernel in '
-          'memory, but it is given by row blocks (`KernelRows`). Predict at '
-          't=None (with solver="cg"), or pass the kernel as an array.')
-    eig = factor('eigh').eig
-    residual_eigen = eig.evecs.T @ residual
-
-    fx_train_t = None
-    if fx_train_0 is not None:
-      change = scaled_product(eig.evecs, relaxation(eig, tau),
-                              residual_eigen)
-      change = change.reshape(t_shape + change.shape[1:])
-      fx_train_t = with_time_axes(fx_train_0, t_shape) + matrix_to_outputs(
-          change, y_train.shape, layout)
-    if fx_test_0 is None:
-      return _cast(fx_train_t, out_dtype)
-
-    k_test, fx_test_0, test_shape = test_set(k_test_train, fx_test_0)
-    change = scaled_product(k_test @ eig.evecs,
-                            integrated_relaxation(eig, tau), residual_eigen)
-    change = change.reshape(t_shape + change.shape[1:])
-    fx_test_t = with_time_axes(fx_test_0, t_shape) + matrix_to_outputs(
-        change, test_shape, layout)
-    if fx_train_t is None:
-      return _cast(fx_test_t, out_dtype)
-    return _cast(fx_train_t, out_dtype), _cast(fx_test_t, out_dtype)
-
-  def _infinite_time(factor: solve.Solver, residual: Array,
-                     fx_train_0: Optional[Array],
-                     fx_test_0: Optional[ArrayOrScalar],
-                     k_test_train: Optional[Array]) -> Any:
-    """`t=None` by one solve: train outputs reach `y`, test outputs
-    `fx_test_0 + Theta_* Theta_reg^{-1} (y - fx_train_0)`."""
-    if isinstance(factor, solve.EighSolver):  # Singular: the projection.
-      eig = factor.eig
-      change = eig.evecs @ (eig.positive[:, None] * (eig.evecs.T @ residual))
-    else:
-      change = residual
-    fx_train_t = None
-    if fx_train_0 is not None:
-      fx_train_t = _cast(fx_train_0 + matrix_to_outputs(
-          change, y_train.shape, layout), out_dtype)
-    if fx_test_0 is None:
-      return fx_train_t
-    k_test, fx_test_0, test_shape = test_set(k_test_train, fx_test_0)
-    weights = factor.solve(residual)
-    predict_fn.solve_info = factor.info
-    if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
-      change = jnp.asarray(solve.kernel_matmul(
-          solve.host_view(k_test), np.asarray(weights)).astype(dtype))
-    else:
-      change = k_test @ jnp.asarray(weights, dtype)
-    fx_test_t = _cast(
-        fx_test_0 + matrix_to_outputs(change, test_shape, layout), out_dtype)
-    if fx_train_t is None:
-      return fx_test_t
-    return fx_train_t, fx_test_t
+    try:
+      with train.one_call():
+        return _predict(train, flow, t, fx_train_0, fx_test_0, k_test_train)
+    finally:
+      predict_fn.solve_info = train.last_info
 
   predict_fn.solve_info = None
   return predict_fn
+
+
+class _Flow(NamedTuple):
+  """The time scale and dtypes of a `gradient_descent_mse` prediction.
+
+  Attributes:
+    rate: `learning_rate / y_train.size`, flow time per step.
+    dtype: the dtype of the solve.
+    out_dtype: the dtype of the outputs (half precision is solved in
+      float32).
+  """
+  rate: float
+  dtype: Any
+  out_dtype: Any
+
+
+def _train_matrix(k_train_train: Any, layout: OutputLayout, dtype: Any) -> Any:
+  """The checked train-train kernel as an `(n, n)` matrix of `dtype`."""
+  if isinstance(k_train_train, solve.KernelRows):
+    return k_train_train
+  if isinstance(k_train_train, np.ndarray) and k_train_train.ndim == 2:
+    # On the host, already a matrix: no copy.
+    return k_train_train.astype(dtype, copy=False)
+  return kernel_to_matrix(k_train_train.astype(dtype), len(layout.untraced))
+
+
+def _predict(train: TrainKernels, flow: _Flow, t: Optional[ArrayOrScalar],
+             fx_train_0: Optional[ArrayOrScalar],
+             fx_test_0: Optional[ArrayOrScalar],
+             k_test_train: Optional[Array]) -> Any:
+  """`predict_fn` of `gradient_descent_mse` (see there)."""
+  if fx_test_0 is not None and k_test_train is None:
+    raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
+                     '`k_test_train` to predict on the test set.')
+  if fx_train_0 is None and fx_test_0 is None:
+    raise ValueError(
+        '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
+        'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
+        '`fx_test_0` with `k_test_train` for the test outputs.')
+  tau, t_shape = flow_times(t, flow.rate, flow.dtype)
+  residual = train.targets(flow.dtype)
+  if fx_train_0 is not None:
+    fx_train_0 = broadcast_initial_outputs(fx_train_0, train.y_train.shape,
+                                           'fx_train_0')
+    residual = residual - outputs_to_matrix(fx_train_0.astype(flow.dtype),
+                                            train.layout)
+  if t is None and train.options.solver != 'eigh':
+    return _infinite_time(train, flow, residual, fx_train_0, fx_test_0,
+                          k_test_train)
+  if isinstance(train.matrix('ntk'), solve.KernelRows):
+    raise ValueError(
+        f'Predictions at finite `t` (got t={t!r}) need the '
+        'eigendecomposition of `k_train_train`, which needs the kernel in '
+        'memory, but it is given by row blocks (`KernelRows`). Predict at '
+        't=None (with solver="cg"), or pass the kernel as an array.')
+  eig = train.solver('ntk', 'eigh').eig
+  residual_eigen = eig.evecs.T @ residual
+
+  fx_train_t = None
+  if fx_train_0 is not None:
+    change = scaled_product(eig.evecs, relaxation(eig, tau), residual_eigen)
+    change = change.reshape(t_shape + change.shape[1:])
+    fx_train_t = with_time_axes(fx_train_0, t_shape) + matrix_to_outputs(
+        change, train.y_train.shape, train.layout)
+  if fx_test_0 is None:
+    return _cast(fx_train_t, flow.out_dtype)
+
+  k_test, fx_test_0, test_shape = _test_set(train, flow.dtype, k_test_train,
+                                            fx_test_0)
+  change = scaled_product(k_test @ eig.evecs, integrated_relaxation(eig, tau),
+                          residual_eigen)
+  change = change.reshape(t_shape + change.shape[1:])
+  fx_test_t = with_time_axes(fx_test_0, t_shape) + matrix_to_outputs(
+      change, test_shape, train.layout)
+  if fx_train_t is None:
+    return _cast(fx_test_t, flow.out_dtype)
+  return _cast(fx_train_t, flow.out_dtype), _cast(fx_test_t, flow.out_dtype)
+
+
+def _test_set(train: TrainKernels, dtype: Any, k_test_train: Any,
+              fx_test_0: ArrayOrScalar
+              ) -> tuple[Array, Array, tuple[int, ...]]:
+  """The checked test-train kernel as a matrix, `fx_test_0` broadcast to
+  the test outputs' shape, and that shape."""
+  k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+  check_kernel(k_test_train, 'k_test_train', train.y_train, train.layout,
+               train.trace_axes, square=False)
+  test_shape = shape_of_test_outputs(k_test_train, train.y_train,
+                                     train.layout)
+  fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
+  k_test = kernel_to_matrix(k_test_train.astype(dtype),
+                            len(train.layout.untraced))
+  return k_test, fx_test_0, test_shape
+
+
+def _infinite_time(train: TrainKernels, flow: _Flow, residual: Array,
+                   fx_train_0: Optional[Array],
+                   fx_test_0: Optional[ArrayOrScalar],
+                   k_test_train: Optional[Array]) -> Any:
+  """`t=None` by one solve: train outputs reach `y`, test outputs
+  `fx_test_0 + Theta_* Theta_reg^{-1} (y - fx_train_0)`."""
+  factor = train.solver('ntk')
+  if isinstance(factor, solve.EighSolver):  # Singular: the projection.
+    eig = factor.eig
+    change = eig.evecs @ (eig.positive[:, None] * (eig.evecs.T @ residual))
+  else:
+    change = residual
+  fx_train_t = None
+  if fx_train_0 is not None:
+    fx_train_t = _cast(fx_train_0 + matrix_to_outputs(
+        change, train.y_train.shape, train.layout), flow.out_dtype)
+  if fx_test_0 is None:
+    return fx_train_t
+  k_test, fx_test_0, test_shape = _test_set(train, flow.dtype, k_test_train,
+                                            fx_test_0)
+  weights = factor.solve(residual)
+  train.record('ntk', factor)
+  if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
+    change = jnp.asarray(solve.kernel_matmul(
+        solve.host_view(k_test), np.asarray(weights)).astype(flow.dtype))
+  else:
+    change = k_test @ jnp.asarray(weights, flow.dtype)
+  fx_test_t = _cast(fx_test_0 + matrix_to_outputs(change, test_shape,
+                                                  train.layout),
+                    flow.out_dtype)
+  if fx_train_t is None:
+    return fx_test_t
+  return fx_train_t, fx_test_t
 
 
 def _cast(x: Optional[Array], dtype: Any) -> Optional[Array]:

@@ -1,9 +1,6 @@
 """What `get` selects in `predict`: the flow and prior kernels of each
-posterior ('nngp', 'ntk', 'ntkgp'), the `Gaussian` result, and the cache of
-per-kernel work shared by calls."""
-from typing import Any, Callable, NamedTuple, Optional, Sequence
-
-import jax
+posterior ('nngp', 'ntk', 'ntkgp') and the `Gaussian` result."""
+from typing import Any, NamedTuple, Optional, Sequence
 
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.utils import arguments
@@ -75,18 +72,3 @@ def results_by_get(values: dict[str, Any], names: tuple[str, ...], single: bool,
     return values[names[0]]
   return utils.get_namedtuple(names, typename)(
       *(values[name] for name in names))
-
-
-def _is_concrete(tree: Any) -> bool:
-  return not any(isinstance(leaf, jax.core.Tracer)
-                 for leaf in jax.tree_util.tree_leaves(tree))
-
-
-def cached(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
-  """`cache[key]`, computed once; traced values are not kept (they'd leak)."""
-  if key in cache:
-    return cache[key]
-  value = compute()
-  if _is_concrete(value):
-    cache[key] = value
-  return value

@@ -44,10 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from neural_tangents._src.predict.options import solve_options
+from neural_tangents._src.predict.options import SolveOptions
+
 
 Array = Any  # jax.Array, np.ndarray or np.memmap.
-
-SOLVERS = ('cholesky', 'eigh', 'cg')
 
 # Eigenvalues (or Cholesky pivots) of a computed `n x n` kernel that are
 # exactly singular in exact arithmetic come out up to ~`sqrt(n) * eps *
@@ -188,25 +189,6 @@ def diagonal(k: Any) -> Any:
   if isinstance(k, np.ndarray):
     return np.diagonal(k)
   return jnp.diagonal(k)
-
-
-def check_diag_reg(diag_reg: Any) -> None:
-  """`diag_reg` must be a finite number >= 0 (when concrete)."""
-  if _is_traced(diag_reg):
-    return
-  try:
-    if isinstance(diag_reg, (str, bytes, bool, np.bool_)):
-      raise TypeError
-    value = float(diag_reg)
-  except (TypeError, ValueError):
-    raise TypeError(f'`diag_reg` must be a number >= 0; got {diag_reg!r}. '
-                    'Pass a float, e.g. 1e-4 (0 for none).') from None
-  if not value >= 0. or not math.isfinite(value):
-    raise ValueError(
-        f'`diag_reg` must be >= 0 and finite; got {diag_reg!r}. It is the '
-        'variance added to the diagonal of the train-train kernel (noise or '
-        'ridge); a negative value can make the kernel indefinite. Pass 0 for '
-        'none, or a small positive value such as 1e-4.')
 
 
 def check_symmetric(k: Any, name: str = 'k_train_train',
@@ -656,29 +638,6 @@ class CGSolver:
 Solver = Union[CholeskySolver, EighSolver, CGSolver]
 
 
-def check_solver_args(solver: str, tol: float, maxiter: Optional[int],
-                      rank: int) -> None:
-  if solver not in SOLVERS:
-    raise ValueError(f'`solver` must be one of {SOLVERS}; got {solver!r}. '
-                     '"cholesky" (default) for kernels that fit in memory, '
-                     '"cg" for larger or host/memory-mapped kernels, "eigh" '
-                     'for the pseudo-inverse of singular kernels.')
-  if not (isinstance(tol, (int, float, np.integer, np.floating)) and
-          not isinstance(tol, (bool, np.bool_)) and 0 < tol < 1):
-    raise ValueError(f'`tol` must be a float in (0, 1); got {tol!r}. Pass '
-                     'e.g. tol=1e-5 (the relative residual to reach).')
-  if maxiter is not None and (not isinstance(maxiter, (int, np.integer))
-                              or isinstance(maxiter, (bool, np.bool_))
-                              or maxiter < 1):
-    raise ValueError(f'`maxiter` must be a positive int or None; got '
-                     f'{maxiter!r}. Pass e.g. maxiter=1000, or None for 10 '
-                     'times the number of rows.')
-  if (not isinstance(rank, (int, np.integer)) or
-      isinstance(rank, (bool, np.bool_)) or rank < 0):
-    raise ValueError(f'`preconditioner_rank` must be an int >= 0; got '
-                     f'{rank!r}. Pass e.g. 100, or 0 for no preconditioner.')
-
-
 def factorize(k: Any, diag_reg: float, diag_reg_absolute_scale: bool = False,
               solver: str = 'cholesky', *, tol: float = 1e-5,
               maxiter: Optional[int] = None, preconditioner_rank: int = 100,
@@ -707,19 +666,25 @@ def factorize(k: Any, diag_reg: float, diag_reg_absolute_scale: bool = False,
     ValueError: for `diag_reg < 0`, a visibly asymmetric `k`, or a `k` not
       positive semi-definite beyond round-off.
   """
-  check_solver_args(solver, tol, maxiter, preconditioner_rank)
-  check_diag_reg(diag_reg)
+  return factorize_with(k, solve_options(
+      solver, diag_reg, diag_reg_absolute_scale, tol, maxiter,
+      preconditioner_rank), name)
+
+
+def factorize_with(k: Any, options: SolveOptions,
+                   name: str = 'k_train_train') -> Solver:
+  """`factorize` with options already checked by `options.solve_options`."""
   if not _is_traced(k):
     k = host_view(k)  # CPU arrays: numpy views, checked without compiling.
   check_symmetric(k, name)
   # A concrete kernel is factored now even when called under `jit`.
   with jax.ensure_compile_time_eval():
-    return _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol,
-                      maxiter, preconditioner_rank, name)
+    return _factorize(k, options, name)
 
 
-def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
-               preconditioner_rank, name) -> Solver:
+def _factorize(k: Any, options: SolveOptions, name: str) -> Solver:
+  solver, diag_reg = options.solver, options.diag_reg
+  diag_reg_absolute_scale = options.diag_reg_absolute_scale
   if isinstance(k, KernelRows) and solver != 'cg':
     raise ValueError(f'`{name}` is given by row blocks (`KernelRows`), which '
                      f'only `solver="cg"` can use; got solver={solver!r}. '
@@ -731,7 +696,8 @@ def _factorize(k, diag_reg, diag_reg_absolute_scale, solver, tol, maxiter,
   scale = float(np.mean(np.asarray(diagonal(k), np.float64))) if not (
       _is_traced(k)) else 1.
   if solver == 'cg':
-    return CGSolver(k, float(reg), tol, maxiter, preconditioner_rank, name,
+    return CGSolver(k, float(reg), options.tol, options.maxiter,
+                    options.preconditioner_rank, name,
                     diag_reg=float(diag_reg), scale=scale,
                     absolute=diag_reg_absolute_scale)
 
