@@ -234,7 +234,8 @@ def batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
       # `x2` is `x1`: the keys of the whole call are chosen here.
       kwargs = {**kwargs,
                 'rng': empirical.read_rng(kwargs['rng'], x1_or_kernel, x2)}
-    call = call_type(kernel_fn, x1_or_kernel, x2, args, kwargs, batch_size)
+    call = call_type(kernel_fn, x1_or_kernel, x2, args, kwargs, batch_size,
+                     store)
     computation = Computation(block_fn, call, store_on_device, progress,
                               store)
     out = computation.run()
@@ -266,11 +267,6 @@ class Computation:
     self.call = call
     self.progress = progress
     self.store = None if store is None else os.fspath(store)
-    if call.traced and store is not None:
-      raise ValueError(
-          f'`store={store!r}` needs concrete inputs; this batched kernel '
-          'function was called inside a trace (e.g. under `jax.jit`). Call '
-          'it outside of `jit`, or pass store=None.')
     self.store_on_device = store_on_device
     self.on_host = ((not store_on_device or store is not None) and
                     not call.traced)

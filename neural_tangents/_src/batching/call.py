@@ -57,7 +57,22 @@ class Call:
 
   def __init__(self, kernel_fn: Callable[..., Any], x1: Any, x2: Any,
                args: Any, kwargs: dict[str, Any],
-               batch_size: Optional[int]):
+               batch_size: Optional[int], store: Optional[Any] = None):
+    """Reads the call.
+
+    Args:
+      kernel_fn: the kernel function.
+      x1, x2: its inputs (`x2` may be None).
+      args, kwargs: its other arguments.
+      batch_size: examples per block, or None for one block.
+      store: the `store=` of the call, if any (it needs untraced inputs).
+
+    Raises:
+      TypeError: if an input is not an array, or an argument that is not an
+        array is not hashable.
+      ValueError: if inputs disagree on their number of examples, or a store
+        is asked for under a trace.
+    """
     self.kernel_fn = kernel_fn
     self.x1, self.x2 = x1, x2
     self.args, self.kwargs = tuple(args), dict(kwargs)
@@ -74,6 +89,11 @@ class Call:
     # no device placement of our own.
     self.traced = any(isinstance(x, jax.core.Tracer) for x in
                       jax.tree_util.tree_leaves((x1, x2, args, kwargs)))
+    if self.traced and store is not None:
+      raise ValueError(
+          f'`store={store!r}` needs concrete inputs; this batched kernel '
+          'function was called inside a trace (e.g. under `jax.jit`). Call '
+          'it outside of `jit`, or pass store=None.')
 
     self.split = {
         name: classify_kwarg(name, value, n1, n2, self.symmetric)
