@@ -528,16 +528,13 @@ class ModuleLayoutTest(BatchTestCase):
     self.assertIn('batching.batched(', source)
 
   def test_transposed_blocks_only_for_layer_kernel_fns(self):
-    from neural_tangents._src.batching import blockwise  # pylint: disable=g-import-not-at-top
+    from neural_tangents._src.batching import call  # pylint: disable=g-import-not-at-top
     _, _, kernel_fn = stax.serial(stax.Dense(2), stax.Relu())
     x = jnp.ones((4, 3))
-    block_fn = blockwise.BlockFunction(kernel_fn, jax.local_devices()[:1])
-    analytic = blockwise.Computation(kernel_fn, block_fn, x, None, (), {}, 2,
-                                     True, False)
+    analytic = call.Call(kernel_fn, x, None, (), {}, 2)
     self.assertTrue(analytic.analytic)
     plain = lambda x1, x2=None, get=None: kernel_fn(x1, x2, get)
-    other = blockwise.Computation(plain, block_fn, x, None, (), {}, 2, True,
-                                  False)
+    other = call.Call(plain, x, None, (), {}, 2)
     self.assertFalse(other.analytic)
 
 

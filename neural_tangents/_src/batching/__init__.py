@@ -1,10 +1,20 @@
 """Batching kernel computations over blocks of inputs, processes and disk.
 
-`batch` (in `blockwise.py`) computes a kernel function on blocks of its inputs and
-assembles them. The package's modules, one concept each:
+`batch` (in `blockwise.py`) computes a kernel function on blocks of its inputs
+and assembles them, composing a plan, a runner and a sink (see
+`docs/dev/batching.md`). The package's modules, one concept each:
 
 * `splitting`: cutting one call into blocks (`Grid`, `Task`) and splitting
   its arguments (`classify_kwarg`, `partition_static` / `merge_static`);
+* `call`: one call read once, and the arguments of each of its blocks
+  (`Call`, `KernelCall`);
+* `plan`: which blocks a call computes, in which order, over which
+  processes (`Plan`);
+* `runners`: how a list of blocks is computed: one at a time, sharded over
+  local devices, or dealt over processes (`SerialRunner`, `ShardedRunner`,
+  `ProcessRunner`);
+* `sinks`: where finished blocks go: assembled in memory or written into
+  the on-disk store (`MemorySink`, `StoreSink`);
 * `assembling`: assembling block outputs into the full output (`Assembler`);
 * `options`: checks of the arguments `batch` shares with
   `nt.monte_carlo_kernel_fn` (`check_batch_size`, `select_devices`,

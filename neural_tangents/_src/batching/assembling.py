@@ -103,6 +103,30 @@ def leaf_specs(out: Any, get: Any, kwargs: dict[str, Any],
   return specs
 
 
+def blocks_transpose(specs: list[LeafSpec]) -> bool:
+  """Whether block `(j, i)` of every kernel leaf is block `(i, j)` transposed.
+
+  If not, a symmetric call computes the blocks below its diagonal too.
+  """
+  return all(s.transposable for s in specs if s.role == Role.PAIR)
+
+
+def with_full_shapes(out: Any, grid: Grid) -> Any:
+  """The `Kernel`s of `out` with the full batch sizes in `shape1`/`shape2`."""
+  def fix(k):
+    if not isinstance(k, Kernel):
+      return k
+    def full(shape, n):
+      shape = list(shape)
+      if shape:
+        shape[k.batch_axis % len(shape)] = n
+      return tuple(shape)
+    return k.replace(shape1=full(k.shape1, grid.n1),
+                     shape2=full(k.shape2, grid.n2))
+  return jax.tree_util.tree_map(fix, out,
+                                is_leaf=lambda x: isinstance(x, Kernel))
+
+
 def transpose_pair(block: Any, diagonal_spatial: bool) -> Any:
   """`K(x_j, x_i)` from `K(x_i, x_j)`: swaps batch axes and spatial pairs."""
   order = [1, 0]

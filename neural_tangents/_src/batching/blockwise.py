@@ -16,9 +16,13 @@ which fits in memory, and which can run on several devices at once. With
 spatial axes `(S_k, S_k')`), so only the blocks on and above the diagonal are
 computed.
 
-Splitting the blocks off a call and assembling their outputs are in
-`splitting` and `assembling`; dividing blocks over processes in `processes`; the
-on-disk store in `store`.
+A call is computed in three separable parts (see `docs/dev/batching.md`):
+the *plan* (`plan.Plan`: which blocks, in which order, dealt over which
+processes, skipping those already in a store), a *runner* (`runners`: how a
+list of blocks is computed, serially, sharded over local devices, or over
+processes) and a *sink* (`sinks`: where finished blocks go, assembled in
+memory or written into the on-disk store). `Computation` composes them for
+one call (`call.Call`: the call cut into blocks' arguments).
 
 Example:
   >>> _, _, kernel_fn = stax.serial(stax.Dense(512), stax.Relu(),
@@ -30,43 +34,31 @@ Example:
 """
 import functools
 import os
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
-from jax.sharding import Mesh
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec
 import numpy as np
 
 from neural_tangents._src import empirical
 from neural_tangents._src.batching import options
-from neural_tangents._src.batching.assembling import Assembler
+from neural_tangents._src.batching.assembling import blocks_transpose
 from neural_tangents._src.batching.assembling import leaf_specs
 from neural_tangents._src.batching.assembling import LeafSpec
 from neural_tangents._src.batching.assembling import Role
-from neural_tangents._src.batching.splitting import classify_kwarg
-from neural_tangents._src.batching.splitting import Grid
-from neural_tangents._src.batching.splitting import is_array
-from neural_tangents._src.batching.splitting import leaves_with_axes
-from neural_tangents._src.batching.splitting import merge_static
-from neural_tangents._src.batching.splitting import partition_static
-from neural_tangents._src.batching.splitting import Split
-from neural_tangents._src.batching.splitting import stack
-from neural_tangents._src.batching.splitting import Static
-from neural_tangents._src.batching.splitting import take
-from neural_tangents._src.batching.splitting import Task
+from neural_tangents._src.batching.assembling import with_full_shapes
+from neural_tangents._src.batching.call import Call
+from neural_tangents._src.batching.call import KernelCall
+from neural_tangents._src.batching.plan import Plan
 from neural_tangents._src.batching.processes import ProcessGroup
+from neural_tangents._src.batching.runners import BlockFunction
+from neural_tangents._src.batching.runners import local_runner
+from neural_tangents._src.batching.runners import ProcessRunner
+from neural_tangents._src.batching.sinks import MemorySink
+from neural_tangents._src.batching.sinks import StoreSink
 from neural_tangents._src.batching.store import fingerprint_of
 from neural_tangents._src.batching.store import import_zarr
-from neural_tangents._src.batching.store import Store
-from neural_tangents._src.stax import protocol
-from neural_tangents._src.stax import inputs
 from neural_tangents._src.stax import requirements
 from neural_tangents._src.utils import arguments
-from neural_tangents._src.utils.kernel import Kernel
-
-# Name of the mesh axis that blocks are spread over.
-_DEVICES = 'devices'
 
 
 def batch(kernel_fn: Callable[..., Any],
@@ -227,7 +219,7 @@ def batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
   @functools.wraps(kernel_fn)
   def batched_kernel_fn(x1_or_kernel: Any, x2: Any = None, *args,
                         **kwargs) -> Any:
-    computation_type = Computation
+    call_type = Call
     if requirements.is_kernel_tree(x1_or_kernel):
       if x2 is not None:
         raise TypeError(
@@ -235,16 +227,17 @@ def batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
             f'(the kernel holds both inputs); got x2 of type '
             f'{type(x2).__name__}. Call it as `batched_kernel_fn(k, None, '
             'get)`.')
-      computation_type = KernelComputation
+      call_type = KernelCall
     elif (getattr(kernel_fn, 'takes_rng_pairs', False) and
           empirical.is_single_key(kwargs.get('rng'))):
       # Blocks see slices of `x1` and `x2`, so they cannot tell whether
       # `x2` is `x1`: the keys of the whole call are chosen here.
       kwargs = {**kwargs,
                 'rng': empirical.read_rng(kwargs['rng'], x1_or_kernel, x2)}
-    computation = computation_type(kernel_fn, block_fn, x1_or_kernel, x2,
-                                   args, kwargs, batch_size, store_on_device,
-                                   progress, store)
+    call = call_type(kernel_fn, x1_or_kernel, x2, args, kwargs, batch_size,
+                     store)
+    computation = Computation(block_fn, call, store_on_device, progress,
+                              store)
     out = computation.run()
     batched_kernel_fn.block_counts = computation.block_counts()
     return out
@@ -254,395 +247,146 @@ def batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
   return batched_kernel_fn
 
 
-# -----------------------------------------------------------------------------
-# Computing blocks: jitted, one device or sharded over several.
+class Computation:
+  """One call of a batched kernel function: its plan, runner and sink.
 
+  `run` computes the blocks of the call's `Plan` with a runner and sends
+  them to a sink, which assembles the output leaves:
 
-class BlockFunction:
-  """`kernel_fn` on a block, jitted once per batched function.
-
-  Calls are `(static, x1, x2, split_kwargs, shared_arrays)`, with
-  `merge_static(static, shared_arrays) == (args, shared_kwargs)`.
+  * one process, no store: a local runner (serial or sharded over the
+    devices) into a `MemorySink`;
+  * several processes: the plan dealt over them, each computing its share
+    (`ProcessRunner`), the blocks gathered into a `MemorySink` on every
+    process, or written into a `StoreSink` with `store=`.
   """
 
-  def __init__(self, kernel_fn: Callable[..., Any], devices: Sequence[Any]):
-    self.kernel_fn = kernel_fn
-    self.devices = list(devices)
-    self.single = jax.jit(self.call, static_argnums=0)
-    if len(self.devices) > 1:
-      self.mesh = Mesh(np.array(self.devices), (_DEVICES,))
-      self.sharded = jax.jit(self._call_sharded, static_argnums=0)
-
-  def call(self, static: Static, x1: Any, x2: Any, split_kwargs: Any,
-           shared: Sequence[Any]) -> Any:
-    """`kernel_fn` on one block (not jitted)."""
-    args, kwargs = merge_static(static, shared)
-    return self.kernel_fn(x1, x2, *args, **kwargs, **split_kwargs)
-
-  def _call_sharded(self, static: Static, x1: Any, x2: Any,
-                    split_kwargs: Any, shared: Sequence[Any]) -> Any:
-    """Inputs stacked on a leading device axis: one block per device."""
-    def local(x1, x2, split_kwargs, shared):
-      first = lambda tree: jax.tree_util.tree_map(lambda x: x[0], tree)
-      out = self.call(static, first(x1), first(x2), first(split_kwargs),
-                       shared)
-      return jax.tree_util.tree_map(lambda x: x[None], out)
-
-    stacked = PartitionSpec(_DEVICES)
-    return jax.shard_map(
-        local, mesh=self.mesh,
-        in_specs=(stacked, stacked, stacked, PartitionSpec()),
-        out_specs=stacked, check_vma=False)(x1, x2, split_kwargs, shared)
-
-
-
-# -----------------------------------------------------------------------------
-# One batched call.
-
-
-class Computation:
-  """Computes and assembles the blocks of one call of a batched kernel_fn."""
-
-  def __init__(self, kernel_fn, block_fn, x1, x2, args, kwargs, batch_size,
-               store_on_device, progress, store=None):
-    self.kernel_fn = kernel_fn
+  def __init__(self, block_fn: BlockFunction, call: Call,
+               store_on_device: bool, progress: bool,
+               store: Optional[Union[str, os.PathLike]] = None):
     self.block_fn = block_fn
-    self.x1, self.x2 = x1, x2
-    self.args, self.kwargs = tuple(args), dict(kwargs)
-    self.batch_size = batch_size
+    self.call = call
     self.progress = progress
-    self.symmetric = x2 is None
-
-    n1, n2 = self._examples(x1, x2)
-    # No examples: one (empty) block, see `_run_empty`.
-    b1 = max(1, n1 if batch_size is None else min(batch_size, n1))
-    b2 = max(1, n2 if batch_size is None else min(batch_size, n2))
-    self.grid = Grid(n1, n2, b1, b2, self.symmetric)
-
-    traced = any(isinstance(x, jax.core.Tracer) for x in
-                 jax.tree_util.tree_leaves((x1, x2, args, kwargs)))
-    # Inside a trace (e.g. this batched function jitted, or composed with
-    # another batched function) blocks stay traced values: no host storage,
-    # no device placement of our own.
-    self.traced = traced
     self.store = None if store is None else os.fspath(store)
-    if traced and store is not None:
-      raise ValueError(
-          f'`store={store!r}` needs concrete inputs; this batched kernel '
-          'function was called inside a trace (e.g. under `jax.jit`). Call '
-          'it outside of `jit`, or pass store=None.')
     self.store_on_device = store_on_device
-    self.on_host = (not store_on_device or store is not None) and not traced
+    self.on_host = ((not store_on_device or store is not None) and
+                    not call.traced)
     self.group = ProcessGroup.current()
-    self.computed = 0
+    self.runner = local_runner(block_fn, self.on_host, call.traced)
     self.from_store = 0
-    self.n_devices = 1 if traced else len(block_fn.devices)
-
-    self.split = {
-        name: classify_kwarg(name, value, n1, n2, self.symmetric)
-        for name, value in self.kwargs.items()}
-    shared_kwargs = {name: value for name, value in self.kwargs.items()
-                     if self.split[name] == Split.SHARED}
-    self.static, self.shared = partition_static((self.args, shared_kwargs))
-    self.get = self._get()
-    self.analytic = protocol.is_layer_kernel_fn(kernel_fn)
-
-  # --- inputs ---------------------------------------------------------------
-
-  def _examples(self, x1: Any, x2: Any) -> tuple[int, int]:
-    """`(N1, N2)`; sets `symmetric` and the inputs' batch axes."""
-    self.axes1 = inputs.input_batch_axes(self.kernel_fn, x1)
-    self.axes2 = (self.axes1 if x2 is None else
-                  inputs.input_batch_axes(self.kernel_fn, x2))
-    n1 = self._count(x1, self.axes1, 'x1')
-    n2 = n1 if x2 is None else self._count(x2, self.axes2, 'x2')
-    return n1, n2
-
-  def _count(self, x: Any, axes: Any, name: str) -> int:
-    leaves = leaves_with_axes(x, axes)
-    if not leaves or not all(is_array(l) for l, _ in leaves):
-      raise TypeError(
-          f'`{name}` must be an array (or a list/tuple of arrays); got '
-          f'{type(x).__name__}. Pass inputs of shape (batch, ..., channels).')
-    counts = {l.shape[a] for l, a in leaves}
-    if len(counts) != 1:
-      raise ValueError(f'Every input in `{name}` must have the same number of '
-                       f'examples; got {sorted(counts)}.')
-    return counts.pop()
-
-  def _get(self) -> Any:
-    if 'get' in self.kwargs:
-      return self.kwargs['get']
-    if self.args and _is_get(self.args[0]):
-      return self.args[0]
-    return None
-
-  def _inputs(self, i: int, side: int) -> Any:
-    x, axes = (self.x1, self.axes1) if side == 1 or self.symmetric else (
-        self.x2, self.axes2)
-    indices = self.grid.indices(i, side)
-    # `axes` is a prefix of `x`: one axis per input, which may be a pytree
-    # (e.g. a `MaskedArray` of values and mask).
-    return jax.tree_util.tree_map(
-        lambda a, xi: jax.tree_util.tree_map(
-            lambda l: take(l, indices, a), xi), axes, x)
-
-  def _representation(self) -> dict[str, Any]:
-    """The `diagonal_batch` / `diagonal_spatial` of the outputs."""
-    return self.kwargs
-
-  def _block_inputs(self, task: Task) -> tuple[Any, Any]:
-    """`(x1, x2)` of a block; `x2` is None on a symmetric grid's diagonal."""
-    return (self._inputs(task.i, 1),
-            None if task.diagonal else self._inputs(task.j, 2))
-
-  def _split_kwargs(self, task: Task) -> dict[str, Any]:
-    rows = self.grid.indices(task.i, 1)
-    cols = self.grid.indices(task.j, 2)
-    take_rows = lambda a, idx: None if a is None else take(a, idx, 0)
-    out = {}
-    for name, split in self.split.items():
-      value = self.kwargs[name]
-      if split == Split.SINGLE:
-        out[name] = (take_rows(value, rows) if task.diagonal else
-                     (take_rows(value, rows), take_rows(value, cols)))
-      elif split == Split.PAIR:
-        a1, a2 = value
-        if task.diagonal and self.symmetric and (a2 is None or a2 is a1):
-          # `x2=None` and `(p, p)` or `(p, None)`: the block pairs `x1_i`
-          # with itself, as `(p_i, None)` says.
-          out[name] = (take_rows(a1, rows), None)
-        elif task.diagonal:
-          out[name] = (take_rows(a1, rows), take_rows(a2, rows))
-        else:
-          col_source = a1 if self.symmetric and a2 is None else a2
-          out[name] = (take_rows(a1, rows), take_rows(col_source, cols))
-    return out
-
-  # --- running blocks --------------------------------------------------------
-
-  def _run_tasks(self, tasks: Sequence[Task], bar: Any
-                 ) -> Iterator[tuple[Task, Any]]:
-    """Yields `(task, output)` of every task, `n_devices` at a time."""
-    n = self.n_devices if len(tasks) > 1 else 1
-    for start in range(0, len(tasks), n):
-      chunk = list(tasks[start:start + n])
-      self.computed += len(chunk)
-      if n == 1:
-        task = chunk[0]
-        out = self.block_fn.single(
-            self.static, *self._block_inputs(task),
-            self._split_kwargs(task), self.shared)
-        yield task, self._finish_block(out)
-      else:
-        yield from zip(chunk, self._run_sharded(chunk, n))
-      if bar is not None:
-        bar.update(len(chunk))
-
-  def _run_sharded(self, chunk: list[Task], n: int) -> list[Any]:
-    real = len(chunk)
-    padded = chunk + [chunk[-1]] * (n - real)  # Uniform shapes per device.
-    mesh = self.block_fn.mesh
-    stacked = NamedSharding(mesh, PartitionSpec(_DEVICES))
-    put = lambda tree: jax.device_put(tree, stacked)
-    pairs = [self._block_inputs(t) for t in padded]
-    x1 = put(stack([p[0] for p in pairs]))
-    x2 = None if pairs[0][1] is None else put(stack([p[1] for p in pairs]))
-    split_kwargs = put(stack([self._split_kwargs(t) for t in padded]))
-    shared = jax.device_put(self.shared, NamedSharding(mesh, PartitionSpec()))
-    out = self.block_fn.sharded(self.static, x1, x2, split_kwargs, shared)
-    if self.on_host:
-      out = jax.device_get(out)
-      return [jax.tree_util.tree_map(lambda x, t=t: x[t], out)
-              for t in range(real)]
-    default = self.block_fn.devices[0]
-    return [jax.tree_util.tree_map(
-        lambda x, t=t: jax.device_put(_shard(x, t), default), out)
-            for t in range(real)]
-
-  def _finish_block(self, out: Any) -> Any:
-    return jax.device_get(out) if self.on_host else out
-
-  # --- the whole computation -------------------------------------------------
-
-  def _tasks(self, need_lower: bool) -> tuple[list[Task], list[Task]]:
-    """`(diagonal tasks, other tasks)`."""
-    g = self.grid
-    if not self.symmetric:
-      return [], [Task(i, j, False) for i in range(g.nb1)
-                  for j in range(g.nb2)]
-    diagonal = [Task(i, i, True) for i in range(g.nb1)]
-    others = [Task(i, j, False) for i in range(g.nb1) for j in range(g.nb1)
-              if j > i or (need_lower and j < i)]
-    return diagonal, others
 
   def block_counts(self) -> dict[str, int]:
     """Blocks of this call (see `batch`'s docstring)."""
-    g = self.grid
-    return {'total': g.nb1 * g.nb2, 'computed': self.computed,
+    g = self.call.grid
+    return {'total': g.nb1 * g.nb2, 'computed': self.runner.computed,
             'from_store': self.from_store, 'processes': self.group.count}
 
   def run(self) -> Any:
-    if self.grid.n1 == 0 or self.grid.n2 == 0:
-      return self._run_empty()
-    if not self.traced and (self.store is not None or
+    """The output of the call, assembled from its blocks."""
+    call = self.call
+    if call.grid.n1 == 0 or call.grid.n2 == 0:
+      # No examples: `kernel_fn`'s (empty) output as is.
+      out = call.compute_whole()
+      return jax.device_get(out) if self.on_host else out
+    if not call.traced and (self.store is not None or
                             self.group.distributed):
       return self._run_shared()
-    first_tasks, other_tasks = self._tasks(need_lower=False)
-    n_upper = len(first_tasks) + len(other_tasks)
+    plan = Plan(call.grid)
     bar = None
-    if self.progress and not self.traced:
-      bar = options.progress_bar_class()(total=n_upper, desc='kernel blocks', unit='block')
+    if self.progress and not call.traced:
+      bar = options.progress_bar_class()(total=plan.count(),
+                                         desc='kernel blocks', unit='block')
     try:
-      return self._run(first_tasks, other_tasks, bar)
+      return self._run_local(plan, bar)
     finally:
       if bar is not None:
         bar.close()
 
-  def _run(self, diagonal_tasks, other_tasks, bar) -> Any:
-    ref_tasks = diagonal_tasks if self.symmetric else other_tasks
-    outputs = self._run_tasks(ref_tasks, bar)
+  def _specs(self, block: Any) -> list[LeafSpec]:
+    call = self.call
+    return leaf_specs(block, call.get, call.representation(), call.analytic)
+
+  def _run_local(self, plan: Plan, bar: Any) -> Any:
+    """One process: the first phase tells whether lower blocks are needed."""
+    call = self.call
+    first, *rest = plan.phases()
+    outputs = self.runner.run(first, call, bar)
     task, ref = next(outputs)
-    specs = leaf_specs(ref, self.get, self._representation(), self.analytic)
-    assembler = Assembler(specs, self.grid, self.on_host)
-    need_lower = self.symmetric and not all(
-        s.transposable for s in specs if s.role == Role.PAIR)
+    specs = self._specs(ref)
+    need_lower = call.symmetric and not blocks_transpose(specs)
     if need_lower:
-      assembler.transpose = False
-      _, other_tasks = self._tasks(need_lower=True)
+      plan = Plan(call.grid, need_lower=True)  # The same first phase.
+      _, *rest = plan.phases()
       if bar is not None:
-        bar.total = len(diagonal_tasks) + len(other_tasks)
+        bar.total = plan.count()
         bar.refresh()
-    assembler.add(task, ref)
+    sink = self._sink(specs, ref, need_lower)
+    sink.add(task, ref)
     for task, out in outputs:
-      assembler.add(task, out)
-    if self.symmetric:
-      for task, out in self._run_tasks(other_tasks, bar):
-        assembler.add(task, out)
-    leaves = assembler.finish()
-    leaves = self._full_covariances(specs, leaves)
-    out = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(ref),
-                                       leaves)
-    return self._fix_kernels(out)
-
-  def _run_empty(self) -> Any:
-    """`kernel_fn` on inputs without examples: its (empty) output as is."""
-    out = self.kernel_fn(self.x1, self.x2, *self.args, **self.kwargs)
-    return jax.device_get(out) if self.on_host else out
-
-  # --- several processes and / or an on-disk store -------------------------
-
-  def _block_shapes(self, task: Task) -> Any:
-    """The output of `task`'s block as `ShapeDtypeStruct`s, not computed."""
-    return jax.eval_shape(
-        functools.partial(self.block_fn.call, self.static),
-        *self._block_inputs(task), self._split_kwargs(task), self.shared)
+      sink.add(task, out)
+    for phase in rest:
+      for task, out in self.runner.run(phase, call, bar):
+        sink.add(task, out)
+    return self._output(specs, sink.finish(), ref)
 
   def _run_shared(self) -> Any:
     """Blocks divided over processes; gathered, or written into the store."""
-    diagonal, others = self._tasks(need_lower=False)
-    first = diagonal[0] if self.symmetric else others[0]
-    template = self._block_shapes(first)
-    specs = leaf_specs(template, self.get, self._representation(),
-                       self.analytic)
-    need_lower = self.symmetric and not all(
-        s.transposable for s in specs if s.role == Role.PAIR)
-    if need_lower:
-      _, others = self._tasks(need_lower=True)
-    phases = [p for p in ([diagonal, others] if self.symmetric else [others])
-              if p]
-    store = self._open_store(specs, template) if self.store else None
-    assembler = Assembler(specs, self.grid, self.on_host,
-                          store and (lambda spec, *a: store.array(spec.path,
-                                                                  *a)))
-    assembler.transpose = not need_lower
-    done = set()
-    if store is not None:
-      # One process creates the arrays, then every process opens them, and
-      # all read the same record of complete blocks before any writes.
-      if self.group.index == 0:
-        assembler.allocate_all(jax.tree_util.tree_leaves(template))
-      self.group.barrier('nt.batch: store arrays created')
-      if self.group.index != 0:
-        assembler.allocate_all(jax.tree_util.tree_leaves(template))
-      done = store.completed()
-      self.group.barrier('nt.batch: store record read')
+    call = self.call
+    template = self.block_fn.shapes(call, Plan(call.grid).reference())
+    specs = self._specs(template)
+    need_lower = call.symmetric and not blocks_transpose(specs)
+    plan = Plan(call.grid, need_lower=need_lower)
+    sink = self._sink(specs, template, need_lower)
+    runner = ProcessRunner(self.runner, self.group)
     bar = None
     if self.progress:
       bar = options.progress_bar_class()(
-          total=sum(map(len, phases)), desc='kernel blocks', unit='block')
-    dealt = 0
+          total=plan.count(), desc='kernel blocks', unit='block')
     try:
-      for phase in phases:
-        missing = [t for t in phase if (t.i, t.j) not in done]
-        self.from_store += len(phase) - len(missing)
+      for phase in plan.deal(sink.done, self.group):
+        self.from_store += phase.from_store
         if bar is not None:
-          bar.update(len(phase) - len(missing))
-        if not missing:  # The same on every process: they all read `done`.
+          bar.update(phase.from_store)
+        if not phase.arranged:  # The same on every process: all read `done`.
           continue
-        arranged = self.group.arrange(missing, dealt)
-        dealt += len(missing)
-        if store is not None:
-          for task, out in self._run_tasks(self.group.share(arranged), bar):
-            assembler.add(task, out)
-            store.mark_complete(task, assembler.take_written())
+        if self.store is not None:
+          blocks = runner.own(phase.arranged, call, bar)
         else:
-          self._gather(arranged, self._block_shapes(phase[0]), assembler,
-                       bar)
+          blocks = runner.gathered(
+              phase.arranged, call,
+              self.block_fn.shapes(call, phase.tasks[0]), bar)
+        for task, out in blocks:
+          sink.add(task, out)
     finally:
       if bar is not None:
         bar.close()
-    if store is not None:
-      self.group.barrier('nt.batch: store complete')
-      leaves = assembler.host
-      if self.store_on_device:
-        leaves = [jax.numpy.asarray(leaf[...]) for leaf in leaves]
-    else:
-      leaves = assembler.finish()
+    return self._output(specs, sink.finish(), template)
+
+  def _sink(self, specs: list[LeafSpec], block: Any,
+            need_lower: bool) -> Union[MemorySink, StoreSink]:
+    """Where the blocks go: the store of `store=`, else memory.
+
+    Args:
+      specs: the specs of the output leaves.
+      block: a block's output (or its `ShapeDtypeStruct`s).
+      need_lower: whether blocks below a symmetric diagonal are computed.
+    """
+    call = self.call
+    if self.store is not None:
+      return StoreSink(
+          self.store, fingerprint_of(call.kernel_fn, (call.x1, call.x2),
+                                     call.args, call.kwargs, call.batch_size),
+          specs, jax.tree_util.tree_leaves(block), call.grid, self.group,
+          self.store_on_device, transpose=not need_lower)
+    return MemorySink(specs, call.grid, self.on_host,
+                      transpose=not need_lower)
+
+  def _output(self, specs: list[LeafSpec], leaves: list[Any],
+              block: Any) -> Any:
+    """The output pytree (structured as `block`) of the assembled leaves."""
     leaves = self._full_covariances(specs, leaves)
-    out = jax.tree_util.tree_unflatten(
-        jax.tree_util.tree_structure(template), leaves)
-    return self._fix_kernels(out)
-
-  def _gather(self, tasks: list[Optional[Task]], template: Any,
-              assembler: Assembler, bar: Any) -> None:
-    """Computes this process's share of arranged `tasks`; all add every one."""
-    outputs = self._run_tasks(self.group.share(tasks), bar)
-    zeros = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype),
-                                   template)
-    for r in range(self.group.rounds(tasks)):
-      owners = self.group.owner_tasks(tasks, r)
-      mine = zeros if owners[self.group.index] is None else (
-          jax.device_get(next(outputs)[1]))
-      gathered = self.group.gather(mine)
-      for p, task in enumerate(owners):
-        if task is None:
-          continue
-        block = jax.tree_util.tree_map(lambda x, p=p: np.asarray(x[p]),
-                                       gathered)
-        if not self.on_host:
-          block = jax.device_put(block, self.block_fn.devices[0])
-        assembler.add(task, block)
-
-  def _open_store(self, specs: list[LeafSpec], template: Any) -> Store:
-    """The store of this call, created by process 0 and checked by all."""
-    for spec, leaf in zip(specs, jax.tree_util.tree_leaves(template)):
-      if spec.role in (Role.MASK1, Role.MASK2) or (
-          spec.role in (Role.SELF1, Role.SELF2) and not spec.diagonal_batch):
-        raise ValueError(
-            f'`store=` holds kernels between examples; output '
-            f'{spec.path or "array"} of shape {leaf.shape} is a '
-            f'{spec.role.name.lower()} leaf, which a store does not hold. '
-            "Ask for `get='nngp'`/`'ntk'` (with diagonal_batch=True), or "
-            'pass store=None.')
-    store = Store(self.store, fingerprint_of(
-        self.kernel_fn, (self.x1, self.x2), self.args, self.kwargs,
-        self.batch_size))
-    if self.group.index == 0:
-      store.create()
-    self.group.barrier('nt.batch: store created')
-    store.check()
-    return store
+    out = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(block),
+                                       leaves)
+    return with_full_shapes(out, self.call.grid)
 
   def _full_covariances(self, specs: list[LeafSpec],
                         leaves: list[Any]) -> list[Any]:
@@ -653,109 +397,11 @@ class Computation:
       return leaves
     full = {}
     for role in sorted(needed, key=lambda r: r.value):
-      side = 1 if role == Role.SELF1 or self.symmetric else 2
+      side = 1 if role == Role.SELF1 or self.call.symmetric else 2
       if side == 1 and Role.SELF1 in full:
         full[role] = full[Role.SELF1]
         continue
-      full[role] = self._nngp_with_itself(side)
+      full[role] = Computation(self.block_fn, self.call.with_itself(side),
+                               not self.on_host, self.progress).run()
     return [full[s.role] if s.role in full and not s.diagonal_batch else leaf
             for s, leaf in zip(specs, leaves)]
-
-  def _nngp_with_itself(self, side: int) -> Any:
-    x = self.x1 if side == 1 else self.x2
-    args, kwargs = list(self.args), dict(self.kwargs)
-    if 'get' in kwargs or not args:
-      kwargs['get'] = 'nngp'
-    else:
-      args[0] = 'nngp'
-    for name, split in self.split.items():
-      if split == Split.PAIR:
-        kwargs[name] = (self.kwargs[name][side - 1], None)
-    return Computation(
-        self.kernel_fn, self.block_fn, x, None, args, kwargs, self.batch_size,
-        not self.on_host, self.progress).run()
-
-  def _fix_kernels(self, out: Any) -> Any:
-    """Full batch sizes in `shape1` / `shape2` of the output `Kernel`s."""
-    def fix(k):
-      if not isinstance(k, Kernel):
-        return k
-      def full(shape, n):
-        shape = list(shape)
-        if shape:
-          shape[k.batch_axis % len(shape)] = n
-        return tuple(shape)
-      return k.replace(shape1=full(k.shape1, self.grid.n1),
-                       shape2=full(k.shape2, self.grid.n2))
-    return jax.tree_util.tree_map(fix, out,
-                                  is_leaf=lambda x: isinstance(x, Kernel))
-
-
-class KernelComputation(Computation):
-  """A batched call on an input `Kernel` (or a list/tuple tree of them).
-
-  Block `(i, j)` is the input kernel sliced (`Kernel.slice`) to examples
-  `i` of `x1` and `j` of `x2`; diagonal blocks of a kernel with `x1_is_x2`
-  keep `x1_is_x2`, so that the grid is symmetric as for `x2=None`.
-  """
-
-  def _examples(self, x1: Any, x2: Any) -> tuple[int, int]:
-    del x2
-    first = _kernels(x1)[0]
-    self.symmetric = first.x1_is_x2
-    return first.nngp.shape[0], first.nngp.shape[1]
-
-  def _representation(self) -> dict[str, Any]:
-    # Kernel functions keep the representation of the kernel they are given.
-    first = _kernels(self.x1)[0]
-    return {'diagonal_batch': first.diagonal_batch,
-            'diagonal_spatial': first.diagonal_spatial}
-
-  def _block_inputs(self, task: Task) -> tuple[Any, Any]:
-    rows = self.grid.indices(task.i, 1)
-    cols = rows if task.diagonal else self.grid.indices(task.j, 2)
-    return _map_kernels(lambda k: k.slice(rows, cols), self.x1), None
-
-  def _nngp_with_itself(self, side: int) -> Any:
-    """The NNGP of the kernel of `x1` (or `x2`) with itself."""
-    def self_kernel(k):
-      if side == 2 and k.cov2 is not None:
-        k = k.replace(cov1=k.cov2, shape1=k.shape2, mask1=k.mask2)
-      return k.replace(nngp=k.cov1, ntk=None, cov2=None, x1_is_x2=True,
-                       shape2=k.shape1, mask2=k.mask1)
-    args, kwargs = list(self.args), dict(self.kwargs)
-    if 'get' in kwargs or not args:
-      kwargs['get'] = 'nngp'
-    else:
-      args[0] = 'nngp'
-    return KernelComputation(
-        self.kernel_fn, self.block_fn, _map_kernels(self_kernel, self.x1),
-        None, args, kwargs, self.batch_size, not self.on_host,
-        self.progress).run()
-
-
-def _kernels(tree: Any) -> list[Kernel]:
-  return [k for k in jax.tree_util.tree_leaves(
-      tree, is_leaf=lambda x: isinstance(x, Kernel)) if isinstance(k, Kernel)]
-
-
-def _map_kernels(fn: Callable[[Kernel], Any], tree: Any) -> Any:
-  return jax.tree_util.tree_map(fn, tree,
-                                is_leaf=lambda x: isinstance(x, Kernel))
-
-
-def _is_get(x: Any) -> bool:
-  """Whether a positional argument is `get` (not, e.g., `params`)."""
-  if x is None or isinstance(x, str):
-    return True
-  return (isinstance(x, (tuple, list)) and bool(x) and
-          all(isinstance(n, str) for n in x))
-
-
-def _shard(x: jax.Array, t: int) -> jax.Array:
-  """Block `t` of an array sharded one block per device, on its device."""
-  for shard in x.addressable_shards:
-    start = shard.index[0].start or 0
-    if start == t:
-      return shard.data[0]
-  return x[t]
