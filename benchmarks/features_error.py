@@ -12,8 +12,8 @@ Section 'relu_ntk': `ReluNTKFeatures(depth, 16, dim)` against its stax
 network `[Dense(1, W_std=sqrt(2)), Relu()] * depth + [Dense(1)]` on the same
 inputs. Section 'myrtle': a Myrtle-5-like CNN (three 3x3 'SAME' convolutions
 with ReLUs, two 2x2 average poolings, global average pooling, a dense
-readout) converted by `ft.from_stax`, on 3 random 8x8x3 images (one key: a
-minute per measurement on 2 cores at dimension 4096).
+readout) converted by `ft.from_stax`, on 3 random 8x8x3 images (one key, run
+op by op: about a minute per measurement on 2 cores at dimension 4096).
 
 Usage: python benchmarks/features_error.py [n_keys] [section ...]
   (sections: 'relu', 'relu_ntk', 'myrtle'; all by default)
@@ -59,15 +59,19 @@ def measure(method, dim, depth, x, n_keys, degree=8):
                             degree=degree))
 
 
-def measure_layer(feature_layer, kernel_fn, x, n_keys, description):
-  """Errors and seconds of `feature_layer` against `kernel_fn` on `x`."""
+def measure_layer(feature_layer, kernel_fn, x, n_keys, description,
+                  jit=True):
+  """Errors and seconds of `feature_layer` against `kernel_fn` on `x`
+  (`jit=False`: run op by op, which holds fewer large buffers at once)."""
   init_fn, feature_fn = feature_layer
   k = kernel_fn(x, None, ('nngp', 'ntk'))
-  feature_fn = jax.jit(feature_fn)
+  if jit:
+    feature_fn = jax.jit(feature_fn)
   errors, seconds = [], []
   for seed in range(n_keys):
     _, params = init_fn(jax.random.PRNGKey(seed), x.shape)
-    jax.block_until_ready(feature_fn(x, params))  # Compiles.
+    if jit:
+      jax.block_until_ready(feature_fn(x, params))  # Compiles.
     start = time.perf_counter()
     f = jax.block_until_ready(feature_fn(x, params))
     seconds.append(time.perf_counter() - start)
@@ -116,9 +120,13 @@ def main():
     for method in ('RANDFEAT', 'POLYSKETCH', 'PSRF'):
       for dim in (1024, 4096):
         layer = ft.from_stax(network, relu_method=method, feature_dim=dim)
+        # Not compiled: the compiled network (its `d x D` random matrices
+        # of `d = 9 (D + 1)` rows cast to float64) ran out of memory
+        # on a 24 GB machine at D = 4096.
         print(json.dumps(measure_layer(
             layer, network[2], images, 1,
-            dict(network='myrtle5', method=method, dim=dim))), flush=True)
+            dict(network='myrtle5', method=method, dim=dim), jit=False)),
+              flush=True)
 
 
 if __name__ == '__main__':
