@@ -8,7 +8,15 @@ and the seconds of one (compiled) feature computation. 'POLY' (explicit
 tensor powers) is measured on 3 input features by polynomial degree instead
 of dimension.
 
-Usage: python benchmarks/features_error.py [n_keys]
+Section 'relu_ntk': `ReluNTKFeatures(depth, 16, dim)` against its stax
+network `[Dense(1, W_std=sqrt(2)), Relu()] * depth + [Dense(1)]` on the same
+inputs. Section 'myrtle': a Myrtle-5-like CNN (three 3x3 'SAME' convolutions
+with ReLUs, two 2x2 average poolings, global average pooling, a dense
+readout) converted by `ft.from_stax`, on 3 random 8x8x3 images (one key, run
+op by op: about a minute per measurement on 2 cores at dimension 4096).
+
+Usage: python benchmarks/features_error.py [n_keys] [section ...]
+  (sections: 'relu', 'relu_ntk', 'myrtle'; all by default)
 """
 import json
 import sys
@@ -46,34 +54,79 @@ def network(method, dim, depth, degree=8):
 
 
 def measure(method, dim, depth, x, n_keys, degree=8):
-  (init_fn, feature_fn), kernel_fn = network(method, dim, depth, degree)
+  return measure_layer(*network(method, dim, depth, degree), x, n_keys,
+                       dict(method=method, depth=depth, dim=dim,
+                            degree=degree))
+
+
+def measure_layer(feature_layer, kernel_fn, x, n_keys, description,
+                  jit=True):
+  """Errors and seconds of `feature_layer` against `kernel_fn` on `x`
+  (`jit=False`: run op by op, which holds fewer large buffers at once)."""
+  init_fn, feature_fn = feature_layer
   k = kernel_fn(x, None, ('nngp', 'ntk'))
-  feature_fn = jax.jit(feature_fn)
+  if jit:
+    feature_fn = jax.jit(feature_fn)
   errors, seconds = [], []
   for seed in range(n_keys):
     _, params = init_fn(jax.random.PRNGKey(seed), x.shape)
-    jax.block_until_ready(feature_fn(x, params))  # Compiles.
+    if jit:
+      jax.block_until_ready(feature_fn(x, params))  # Compiles.
     start = time.perf_counter()
     f = jax.block_until_ready(feature_fn(x, params))
     seconds.append(time.perf_counter() - start)
     errors.append((relative_frobenius(f.nngp_feat @ f.nngp_feat.T, k.nngp),
                    relative_frobenius(f.ntk_feat @ f.ntk_feat.T, k.ntk)))
   nngp, ntk = np.mean(errors, axis=0)
-  return dict(method=method, depth=depth, dim=dim, degree=degree,
+  return dict(**description,
               n_keys=n_keys, nngp_error=round(float(nngp), 4),
               ntk_error=round(float(ntk), 4),
               seconds=round(float(np.median(seconds)), 4))
 
 
+def myrtle5():
+  conv = lambda: stax.Conv(1, (3, 3), padding='SAME')
+  return stax.serial(conv(), stax.Relu(), conv(), stax.Relu(),
+                     stax.AvgPool((2, 2), (2, 2)), conv(), stax.Relu(),
+                     stax.AvgPool((2, 2), (2, 2)), stax.GlobalAvgPool(),
+                     stax.Dense(1))
+
+
 def main():
   n_keys = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+  sections = sys.argv[2:] or ['relu', 'relu_ntk', 'myrtle']
   x = inputs()
-  for method in ('RANDFEAT', 'POLYSKETCH', 'PSRF'):
+  if 'relu' in sections:
+    for method in ('RANDFEAT', 'POLYSKETCH', 'PSRF'):
+      for depth in (1, 2, 3, 4):
+        for dim in (256, 1024, 4096):
+          print(json.dumps(measure(method, dim, depth, x, n_keys)),
+                flush=True)
+    for degree in (2, 4, 8):
+      print(json.dumps(measure('POLY', 1, 1, x[:, :3], 1, degree)),
+            flush=True)
+  if 'relu_ntk' in sections:
     for depth in (1, 2, 3, 4):
+      kernel_fn = stax.serial(*[stax.Dense(1, W_std=np.sqrt(2)), stax.Relu()]
+                              * depth, stax.Dense(1))[2]
       for dim in (256, 1024, 4096):
-        print(json.dumps(measure(method, dim, depth, x, n_keys)), flush=True)
-  for degree in (2, 4, 8):
-    print(json.dumps(measure('POLY', 1, 1, x[:, :3], 1, degree)), flush=True)
+        print(json.dumps(measure_layer(
+            ft.ReluNTKFeatures(depth, 16, dim), kernel_fn, x, n_keys,
+            dict(network='relu_ntk', depth=depth, dim=dim, degree=16))),
+              flush=True)
+  if 'myrtle' in sections:
+    images = jnp.asarray(np.random.RandomState(0).randn(3, 8, 8, 3))
+    network = myrtle5()
+    for method in ('RANDFEAT', 'POLYSKETCH', 'PSRF'):
+      for dim in (1024, 4096):
+        layer = ft.from_stax(network, relu_method=method, feature_dim=dim)
+        # Not compiled: the compiled network (its `d x D` random matrices
+        # of `d = 9 (D + 1)` rows cast to float64) ran out of memory
+        # on a 24 GB machine at D = 4096.
+        print(json.dumps(measure_layer(
+            layer, network[2], images, 1,
+            dict(network='myrtle5', method=method, dim=dim), jit=False)),
+              flush=True)
 
 
 if __name__ == '__main__':

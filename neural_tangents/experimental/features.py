@@ -20,6 +20,7 @@ Example:
   True
 """
 # pylint: disable=unused-import
+from neural_tangents._src.experimental.features.aggregate import AggregateFeatures
 from neural_tangents._src.experimental.features.combinators import serial
 from neural_tangents._src.experimental.features.convolution import ConvFeatures
 from neural_tangents._src.experimental.features.elementwise import ElementwiseFeatures
@@ -32,3 +33,5 @@ from neural_tangents._src.experimental.features.pooling import AvgPoolFeatures
 from neural_tangents._src.experimental.features.pooling import GlobalAvgPoolFeatures
 from neural_tangents._src.experimental.features.relu import ReluFeatures
 from neural_tangents._src.experimental.features.relu import ReluFeaturesImplementation
+from neural_tangents._src.experimental.features.relu_ntk import ReluNTKFeatures
+from neural_tangents._src.experimental.features.stax_conversion import from_stax

@@ -161,6 +161,27 @@ class KeywordsTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(seen, [{'scale': 2.}])
 
 
+class LayerSpecTest(test_utils.NeuralTangentsTestCase):
+
+  def test_kernel_fn_records_the_constructor_call(self):
+    conv = stax.Conv(3, (2, 2), padding='SAME', b_std=0.1)
+    relu = stax.Relu()
+    spec = protocol.layer_spec(stax.serial(conv, relu)[2])
+    self.assertEqual(spec.name, 'serial')
+    self.assertEqual(spec.arguments['layers'], (conv, relu))
+    conv_spec = protocol.layer_spec(conv[2])
+    self.assertEqual(conv_spec.name, 'Conv')
+    self.assertEqual(dict(conv_spec.arguments), dict(
+        out_chan=3, filter_shape=(2, 2), strides=None, padding='SAME',
+        W_std=1., b_std=0.1, dimension_numbers=None, parameterization='ntk',
+        s=(1, 1)))
+    with self.assertRaises(TypeError):  # Read-only.
+      conv_spec.arguments['W_std'] = 2.
+
+  def test_hand_written_kernel_fn_has_no_spec(self):
+    self.assertIsNone(protocol.layer_spec(lambda k: k))
+
+
 class InputsTest(test_utils.NeuralTangentsTestCase):
 
   def test_kernel_and_x2_raise(self):

@@ -15,6 +15,10 @@ written by hand, which declares nothing and is treated as a local layer,
 * whether it handles masked inputs (`supports_masking`);
 * the layer's name, for messages.
 
+The public `kernel_fn` also carries the `LayerSpec` of the constructor call
+that made it (`layer_spec(fn)`), for tools that map a stax network to
+another representation (e.g. `nt.experimental.features.from_stax`).
+
 Combinators build their spec from their layers' with `compose` (`serial`),
 `in_parallel` (`parallel`) and `repeated` (`repeat`).
 
@@ -32,7 +36,7 @@ import enum
 import functools
 import inspect
 import operator
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 
 class Bool(enum.IntEnum):
@@ -481,6 +485,37 @@ def kernel_spec(kernel_fn: Callable) -> KernelSpec:
                     name=getattr(kernel_fn, '__name__', 'kernel_fn'),
                     keywords=read_keywords(kernel_fn,
                                            var_keyword_reads_all=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """The constructor call that made a stax layer, for tools that rebuild it.
+
+  `@layer` attaches one to each layer's public `kernel_fn`, as its
+  `layer_spec` attribute: the constructor's name and every argument it was
+  called with, defaults included (for `serial`, `layers` is the tuple of its
+  layers). It records the call only; the layer does not read it.
+
+  Attributes:
+    name: the constructor's name, e.g. 'Dense', 'Conv', 'serial'.
+    arguments: the constructor's parameters and their values, in the order
+      of its signature (a read-only mapping).
+
+  Example:
+    >>> from neural_tangents import stax
+    >>> spec = layer_spec(stax.Dense(8, W_std=2.)[2])
+    >>> spec.name, spec.arguments['W_std'], spec.arguments['b_std']
+    ('Dense', 2.0, None)
+  """
+  name: str
+  arguments: Mapping[str, Any]
+
+
+def layer_spec(kernel_fn: Callable) -> Optional[LayerSpec]:
+  """The `LayerSpec` of a stax layer's `kernel_fn`; None for a `kernel_fn`
+  written by hand (not made by `@layer`)."""
+  spec = getattr(kernel_fn, 'layer_spec', None)
+  return spec if isinstance(spec, LayerSpec) else None
 
 
 def is_layer_kernel_fn(kernel_fn: Callable) -> bool:

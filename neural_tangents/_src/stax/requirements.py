@@ -68,6 +68,7 @@ Example:
 import dataclasses
 import functools
 import inspect
+import types
 import weakref
 from typing import Any, Callable, Optional
 
@@ -462,7 +463,8 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
   The kernel op is decorated with `@requires` (or is the `kernel_fn` of
   another layer); an undecorated one is given full covariances (see
   `protocol.undeclared_kernel_op`). The returned layer's `kernel_fn` is the
-  public one (see `public_kernel_fn`), named after the layer.
+  public one (see `public_kernel_fn`), named after the layer, and carries the
+  `protocol.LayerSpec` of the call (`layer_fn`'s name and arguments).
   """
 
   signature = inspect.signature(layer_fn)
@@ -491,6 +493,10 @@ def layer(layer_fn: Callable[..., tuple[Callable, Callable, Callable]]
     init_fn = _checked_init_fn(init_fn)
     for fn in (init_fn, apply_fn, kernel_fn):
       fn.__name__ = fn.__qualname__ = layer_fn.__name__
+    if bound is not None:
+      bound.apply_defaults()
+      kernel_fn.layer_spec = protocol.LayerSpec(
+          layer_fn.__name__, types.MappingProxyType(dict(bound.arguments)))
     return init_fn, apply_fn, kernel_fn
 
   return new_layer_fn
