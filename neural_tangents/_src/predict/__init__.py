@@ -68,6 +68,7 @@ from neural_tangents._src.predict.ensemble import gradient_descent_mse_ensemble
 from neural_tangents._src.predict.gp import gp_inference
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.predict.mse import gradient_descent_mse
 from neural_tangents._src.predict.mse import max_learning_rate
 from neural_tangents._src.predict.ode_descent import gradient_descent

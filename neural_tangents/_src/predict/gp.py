@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
+from neural_tangents._src.predict.low_rank import low_rank_gp_inference
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import check_finite
@@ -134,6 +136,9 @@ def gp_inference(
     >>> mean.shape, cov.shape
     ((2, 1), (2, 2))
   """
+  if isinstance(k_train_train, LowRankKernel):  # Solved in feature space.
+    return low_rank_gp_inference(k_train_train, y_train, diag_reg,
+                                 diag_reg_absolute_scale, trace_axes)
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   n_pairs = len(layout.untraced)

@@ -24,6 +24,8 @@ from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.low_rank import low_rank_gradient_descent_mse
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -123,6 +125,10 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
+  if isinstance(k_train_train, LowRankKernel):  # Solved in feature space.
+    return low_rank_gradient_descent_mse(
+        k_train_train, y_train, learning_rate, diag_reg,
+        diag_reg_absolute_scale, trace_axes)
   rows = isinstance(k_train_train, solve.KernelRows)
   if rows:
     # Row blocks, never held whole: only CG at infinite time can use them.
