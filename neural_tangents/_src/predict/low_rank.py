@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 
 from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.layout import Array
@@ -170,23 +171,27 @@ class LowRankKernel:
     """Whether the factor is given by row blocks (not held whole)."""
     return self._array is None
 
+  def rows(self, start: int, stop: int) -> np.ndarray:
+    """Rows `start:stop` of `F`, `(stop - start, D)`, as numpy."""
+    if self._array is not None:
+      block = np.asarray(self._array[start:stop])
+    else:
+      block = np.asarray(self._rows_fn(start, stop))
+      if block.ndim != 2 or block.shape[0] != stop - start:
+        raise ValueError(
+            f'`factor({start}, {stop})` of a LowRankKernel with n={self.n} '
+            f'must return rows {start}:{stop} of the factor, of shape '
+            f'({stop - start}, D); got shape {block.shape}. Check `n` and '
+            'that the callable slices its rows.')
+    if not np.issubdtype(block.dtype, np.floating):
+      block = block.astype(np.float64)
+    return block
+
   def blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yields `(start, stop, F[start:stop])` over all rows, as numpy."""
     for start in range(0, self.n, self.block_rows):
       stop = min(start + self.block_rows, self.n)
-      if self._array is not None:
-        block = np.asarray(self._array[start:stop])
-      else:
-        block = np.asarray(self._rows_fn(start, stop))
-        if block.ndim != 2 or block.shape[0] != stop - start:
-          raise ValueError(
-              f'`factor({start}, {stop})` of a LowRankKernel with n={self.n} '
-              f'must return rows {start}:{stop} of the factor, of shape '
-              f'({stop - start}, D); got shape {block.shape}. Check `n` and '
-              'that the callable slices its rows.')
-      if not np.issubdtype(block.dtype, np.floating):
-        block = block.astype(np.float64)
-      yield start, stop, block
+      yield start, stop, self.rows(start, stop)
 
   def dense(self) -> np.ndarray:
     """`F F^T`, `(n, n)` float64: for small `n` (tests, exact comparisons)."""
@@ -236,39 +241,69 @@ class _NormalEquations:
 
 
 class _FeatureSpaceFlow:
-  """The eigensystem of `G = F^T F` and the regularizer `r` of `K = F F^T`."""
+  """Solves with `G + r I`, `G = F^T F`, `r` the regularizer of `K = F F^T`.
+
+  Infinite-time means with `r > 0` need only a Cholesky factorization of
+  `G + r I` (`D^3 / 3` flops); covariances, finite times and `r = 0` the
+  eigendecomposition of `G`, computed on first use.
+  """
 
   def __init__(self, eq: _NormalEquations, n: int, diag_reg: float,
                absolute: bool):
-    self.eq = eq
-    evals, self.evecs = np.linalg.eigh(eq.gram)
-    lambda_max = max(float(evals[-1]), 0.)
-    # Round-off level of `G` from factors of `eq.dtype` (as `solve` uses for
-    # n x n kernels): eigenvalues below it are zero, as for an exact kernel.
-    cutoff = (solve.NOISE_FLOOR * math.sqrt(max(n, len(evals))) *
-              float(np.finfo(eq.dtype).eps) * lambda_max)
-    self.positive = evals > cutoff
-    self.s2 = np.where(self.positive, evals, 0.)
+    self.eq, self.n = eq, n
     trace = float(np.trace(eq.gram))
     self.reg = float(diag_reg) if absolute else float(diag_reg) * trace / n
+    self._cholesky = None
+    self._eig = None
+
+  def eig(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(s2, V, positive)`: eigenvalues of `G` (0 where masked), eigenvectors,
+    and the mask of the eigenvalues above round-off."""
+    if self._eig is None:
+      evals, evecs = np.linalg.eigh(self.eq.gram)
+      lambda_max = max(float(evals[-1]), 0.)
+      # Round-off level of `G` from factors of `eq.dtype` (as `solve` uses
+      # for n x n kernels): eigenvalues below it are zero, as for an exact
+      # kernel.
+      cutoff = (solve.NOISE_FLOOR * math.sqrt(max(self.n, len(evals))) *
+                float(np.finfo(self.eq.dtype).eps) * lambda_max)
+      positive = evals > cutoff
+      self._eig = (np.where(positive, evals, 0.), evecs, positive)
+    return self._eig
+
+  def ridge_solve(self, b: np.ndarray) -> np.ndarray:
+    """`(G + r I)^{-1} b`; the pseudo-inverse (masked) when `r = 0` or `G +
+    r I` is not positive definite to working precision."""
+    if self.reg > 0 and self._cholesky is None and self._eig is None:
+      try:
+        self._cholesky = scipy.linalg.cho_factor(
+            self.eq.gram + self.reg * np.eye(len(self.eq.gram)), lower=True)
+      except np.linalg.LinAlgError:
+        self._cholesky = False
+    if self._cholesky:
+      return scipy.linalg.cho_solve(self._cholesky, b)
+    _, evecs, _ = self.eig()
+    return evecs @ (self.test_weights(None)[0][:, None] * (evecs.T @ b))
 
   def test_weights(self, tau: Optional[np.ndarray]) -> np.ndarray:
     """`h(s^2 + r) / (s^2 + r)` per time (rows) and eigenvalue, 0 where masked.
 
     `tau=None`: infinite time, `1 / (s^2 + r)`.
     """
-    lam = np.where(self.positive, self.s2 + self.reg, 1.)
+    s2, _, positive = self.eig()
+    lam = np.where(positive, s2 + self.reg, 1.)
     if tau is None:
       w = (1. / lam)[None]
     else:
       w = -np.expm1(-lam[None] * tau[:, None]) / lam[None]
-    return np.where(self.positive[None], w, 0.)
+    return np.where(positive[None], w, 0.)
 
   def train_weights(self, tau: Optional[np.ndarray]
                     ) -> tuple[np.ndarray, np.ndarray]:
     """`c` and `h(r)` with `(I - exp(-K_reg tau)) = F V diag(c) V^T F^T +
     h(r) I` on the train outputs: `c = (h(s^2 + r) - h(r)) / s^2`."""
-    s2 = np.where(self.positive, self.s2, 1.)
+    s2, _, positive = self.eig()
+    s2 = np.where(positive, s2, 1.)
     if tau is None:
       h_r = np.full((1,), 1. if self.reg > 0 else 0.)
       c = np.full((1, len(s2)), 0. if self.reg > 0 else 1.) / s2[None]
@@ -276,7 +311,7 @@ class _FeatureSpaceFlow:
       h_r = -np.expm1(-self.reg * tau)
       c = (np.exp(-self.reg * tau)[:, None] *
            -np.expm1(-s2[None] * tau[:, None]) / s2[None])
-    return np.where(self.positive[None], c, 0.), h_r
+    return np.where(positive[None], c, 0.), h_r
 
 
 def _check_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
@@ -405,8 +440,7 @@ def low_rank_gp_inference(
       fl = flow()
       solve_info[posterior.flow] = solve.SolveInfo('eigh')
       dtype = _out_dtype(fl.eq.dtype, y_train)
-      w = fl.evecs @ (fl.test_weights(None)[0][:, None] *
-                      (fl.evecs.T @ fl.eq.f_y))
+      w = fl.ridge_solve(fl.eq.f_y)
       test_shape = (test.n,) + tuple(y_train.shape[1:])
       mean = matrix_to_outputs(jnp.asarray(_matmul(test, w, 'k_test_train'),
                                            dtype), test_shape, layout)
@@ -423,8 +457,9 @@ def low_rank_gp_inference(
             f'{test.n} test points, which need a ({test.n}, {test.n}) '
             'test-test kernel: pass the LowRankKernel of the same test '
             'points (or their exact test-test kernel).')
-      scale = np.sqrt(fl.s2 * fl.test_weights(None)[0])
-      a = _matmul(test, fl.evecs * scale[None], 'k_test_train')
+      s2, evecs, _ = fl.eig()
+      scale = np.sqrt(s2 * fl.test_weights(None)[0])
+      a = _matmul(test, evecs * scale[None], 'k_test_train')
       cov = k_tt - a @ a.T
       out[name] = Gaussian(mean, jnp.asarray((cov + cov.T) / 2, dtype))
     return results_by_get(out, names, single, 'Gaussians')
@@ -506,7 +541,7 @@ def low_rank_gradient_descent_mse(
       f_res = fl.eq.f_y - np.outer(fl.eq.f_ones, f0_rows[0])
     else:
       f_res = fl.eq.f_y - _matmul_t(k_train_train, f0_rows)
-    res_eigen = fl.evecs.T @ f_res  # (D, k)
+    ridge = t is None and fl.reg > 0  # Cholesky; train outputs reach y.
 
     def by_time(m: np.ndarray, n_rows: int, shape: tuple[int, ...]) -> Array:
       """`(n_rows, T * k)` -> outputs with leading time axes."""
@@ -516,29 +551,36 @@ def low_rank_gradient_descent_mse(
 
     def weights(scales: np.ndarray) -> np.ndarray:
       """`V diag(scales[i]) V^T F^T res` stacked: `(D, T * k)`."""
-      w = fl.evecs @ (scales[:, :, None] * res_eigen[None]).transpose(
-          1, 0, 2).reshape(len(fl.s2), n_times * k)
-      return w
+      _, evecs, _ = fl.eig()
+      scaled = scales[:, :, None] * (evecs.T @ f_res)[None]  # (T, D, k)
+      return evecs @ scaled.transpose(1, 0, 2).reshape(len(evecs), -1)
+
+    def with_initial(fx_0: Any, shape: tuple[int, ...], name: str,
+                     change: Array) -> Array:
+      fx_0 = jnp.asarray(broadcast_initial_outputs(fx_0, shape, name), dtype)
+      return fx_0.reshape((1,) * len(t_shape) + fx_0.shape) + change
 
     fx_train_t = None
     if fx_train_0 is not None:
-      c, h_r = fl.train_weights(tau)
-      change = _matmul(k_train_train, weights(c), 'k_train_train')
       res = y - (f0_rows if f0_rows is not None else f0)
-      change = change.reshape(y.shape[0], n_times, k) + (
-          h_r[None, :, None] * res[:, None, :])
-      f_init = jnp.asarray(broadcast_initial_outputs(
-          fx_train_0, y_train.shape, 'fx_train_0'), dtype)
-      fx_train_t = f_init.reshape((1,) * len(t_shape) + f_init.shape) + by_time(change.reshape(y.shape[0], -1),
-                                    y.shape[0], y_train.shape)
+      if ridge:
+        change = res
+      else:
+        c, h_r = fl.train_weights(tau)
+        change = _matmul(k_train_train, weights(c), 'k_train_train')
+        change = (change.reshape(y.shape[0], n_times, k) +
+                  h_r[None, :, None] * res[:, None, :]).reshape(
+                      y.shape[0], -1)
+      fx_train_t = with_initial(fx_train_0, y_train.shape, 'fx_train_0',
+                                by_time(change, y.shape[0], y_train.shape))
     if test is None:
       return fx_train_t
     test_shape = (test.n,) + tuple(y_train.shape[1:])
-    f_test_0 = jnp.asarray(broadcast_initial_outputs(
-        fx_test_0, test_shape, 'fx_test_0'), dtype)
-    change = _matmul(test, weights(fl.test_weights(tau)), 'k_test_train')
-    fx_test_t = f_test_0.reshape((1,) * len(t_shape) + f_test_0.shape) + (
-        by_time(change, test.n, test_shape))
+    w = (fl.ridge_solve(f_res) if ridge else
+         weights(fl.test_weights(tau)))
+    change = _matmul(test, w, 'k_test_train')
+    fx_test_t = with_initial(fx_test_0, test_shape, 'fx_test_0',
+                             by_time(change, test.n, test_shape))
     if fx_train_t is None:
       return fx_test_t
     return fx_train_t, fx_test_t
