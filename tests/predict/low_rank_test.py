@@ -57,8 +57,9 @@ class LowRankGpInferenceTest(parameterized.TestCase):
     np.testing.assert_allclose(
         low(get, _low_rank(f_test, streamed), f_test @ f_test.T).covariance,
         cov, rtol=1e-8, atol=1e-8)
+    # Means with a ridge need only a Cholesky factorization of F^T F + r I.
     self.assertEqual(low.solve_info[get if get == 'nngp' else 'ntk'].solver,
-                     'eigh')
+                     'cholesky' if diag_reg else 'eigh')
 
   def test_on_training_points_interpolates(self):
     f, _, _, y = _factors(6, 3)
@@ -102,6 +103,19 @@ class LowRankGradientDescentMseTest(parameterized.TestCase):
     low = predict.gradient_descent_mse(predict.LowRankKernel(f), y)
     for got, want in zip(low(None, 0., 0., predict.LowRankKernel(f_test)),
                          exact(None, 0., 0., f_test @ f.T)):
+      np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
+
+
+  def test_targets_without_output_axes(self):
+    # `y_train` of shape (n,) with `trace_axes=()`: an (n, n) kernel.
+    f, f_test, _, y = _factors(7, 4)
+    exact = predict.gradient_descent_mse(f @ f.T, y[:, 0], diag_reg=0.1,
+                                         trace_axes=())
+    low = predict.gradient_descent_mse(predict.LowRankKernel(f), y[:, 0],
+                                       diag_reg=0.1, trace_axes=())
+    for got, want in zip(low(2., 0., 0., predict.LowRankKernel(f_test)),
+                         exact(2., 0., 0., f_test @ f.T)):
+      self.assertEqual(got.shape, want.shape)
       np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
 
 

@@ -5,8 +5,9 @@ Modules: `layout` (kernel and output layout, kernel checks), `posterior`
 gradient solves of the train kernel, `KernelRows`, `SolveInfo`), `flow`
 (relaxation of the gradient flow and posterior covariances), `mse`
 (`gradient_descent_mse`, `max_learning_rate`), `ensemble`
-(`gradient_descent_mse_ensemble`), `gp` (`gp_inference`) and `ode_descent`
-(`gradient_descent` on any loss, `ODEState`). The public names are
+(`gradient_descent_mse_ensemble`), `gp` (`gp_inference`), `ode_descent`
+(`gradient_descent` on any loss, `ODEState`) and `low_rank` (`LowRankKernel`,
+train kernels `F F^T` solved in feature space). The public names are
 re-exported here; the helpers that modules share have public names in the
 module that owns them (see `docs/dev/predict.md`).
 

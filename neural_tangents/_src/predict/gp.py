@@ -82,7 +82,8 @@ def gp_inference(
     k_train_train: train-train kernel: an array (used as the kernel of any
       `get`), or an `nt.Kernel` / namedtuple with the `nngp` and/or `ntk`
       kernels that the calls need ('ntkgp' needs `ntk`; the 'ntk'
-      covariance needs both).
+      covariance needs both), or a `nt.predict.LowRankKernel` `F F^T`,
+      solved in feature space (test kernels are then `LowRankKernel`s too).
     y_train: targets, `(N, O_1, ..., O_d)`.
     diag_reg: diagonal regularizer (noise variance) of the inverted
       train-train kernel, relative to its mean diagonal entry.

@@ -256,6 +256,11 @@ class _FeatureSpaceFlow:
     self._cholesky = None
     self._eig = None
 
+  @property
+  def solver(self) -> str:
+    """'cholesky' once `ridge_solve` factored `G + r I`, else 'eigh'."""
+    return 'cholesky' if self._cholesky else 'eigh'
+
   def eig(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(s2, V, positive)`: eigenvalues of `G` (0 where masked), eigenvectors,
     and the mask of the eigenvalues above round-off."""
@@ -317,13 +322,13 @@ class _FeatureSpaceFlow:
 def _check_layout(y_train: Array, trace_axes: Axes) -> OutputLayout:
   layout = output_layout(y_train, trace_axes)
   if layout.untraced or 0 in layout.traced:
+    axes = tuple(range(1, y_train.ndim))
     raise ValueError(
         f'A LowRankKernel `k_train_train` is an (n, n) kernel acting alike on '
         f'every output, so `trace_axes` must hold every output axis of '
         f'`y_train` (shape {y_train.shape}) and not the batch axis 0; got '
-        f'trace_axes={trace_axes}. Pass trace_axes={tuple(range(1, y_train.ndim)) or (-1,)} '
-        '(the default (-1,) for `y_train` of shape (n, outputs)), or exact '
-        'kernels.')
+        f'trace_axes={trace_axes}. Pass trace_axes={axes} (the default '
+        '(-1,) for `y_train` of shape (n, outputs)), or exact kernels.')
   return layout
 
 
@@ -357,24 +362,6 @@ def _matmul(k: LowRankKernel, w: np.ndarray, arg: str) -> np.ndarray:
           'the same feature map (same layers and params).')
     out[start:stop] = block.astype(np.float64) @ w
   return out
-
-
-def _gram_rows(k: LowRankKernel, other: LowRankKernel) -> np.ndarray:
-  """`F_k F_other^T`, small: both factors held as float64."""
-  a = _matmul(k, np.eye(_dim(k)), 'k_test_test')
-  b = _matmul(other, np.eye(_dim(other)), 'k_test_train')
-  if a.shape[1] != b.shape[1]:
-    raise ValueError(
-        f'`k_test_test`\'s factor has {a.shape[1]} columns but '
-        f'`k_test_train`\'s has {b.shape[1]}: pass factors of the same '
-        'feature map.')
-  return a @ b.T
-
-
-def _dim(k: LowRankKernel) -> int:
-  for _, _, block in k.blocks():
-    return block.shape[1]
-  raise AssertionError('A LowRankKernel has at least one row.')
 
 
 def _out_dtype(dtype: Any, y_train: Array) -> Any:
@@ -420,7 +407,7 @@ def low_rank_gp_inference(
     if get is None:
       names, single = ('nngp',), True
     compute_cov = k_test_test is not None
-    out = {}
+    out, call = {}, {}
     for name in names:
       posterior = POSTERIORS[name]
       if compute_cov and posterior.prior != posterior.flow:
@@ -438,17 +425,20 @@ def low_rank_gp_inference(
         continue
       test = _test_factor(k_test_train, 'k_test_train')
       fl = flow()
-      solve_info[posterior.flow] = solve.SolveInfo('eigh')
       dtype = _out_dtype(fl.eq.dtype, y_train)
-      w = fl.ridge_solve(fl.eq.f_y)
       test_shape = (test.n,) + tuple(y_train.shape[1:])
-      mean = matrix_to_outputs(jnp.asarray(_matmul(test, w, 'k_test_train'),
-                                           dtype), test_shape, layout)
+      if 'mean' not in call:  # The same for every `get`.
+        w = fl.ridge_solve(fl.eq.f_y)
+        call['mean'] = matrix_to_outputs(
+            jnp.asarray(_matmul(test, w, 'k_test_train'), dtype),
+            test_shape, layout)
+      solve_info[posterior.flow] = solve.SolveInfo(fl.solver)
+      mean = call['mean']
       if not compute_cov:
         out[name] = mean
         continue
       if isinstance(k_test_test, LowRankKernel):
-        k_tt = _gram_rows(k_test_test, k_test_test)
+        k_tt = k_test_test.dense()
       else:
         k_tt = np.asarray(k_test_test, np.float64)
       if k_tt.shape != (test.n, test.n):
@@ -502,7 +492,6 @@ def low_rank_gradient_descent_mse(
       eq = _NormalEquations(k_train_train, y)
       cache['flow'] = _FeatureSpaceFlow(eq, k_train_train.n, diag_reg,
                                         diag_reg_absolute_scale)
-      predict_fn.solve_info = solve.SolveInfo('eigh')
     return cache['flow']
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
@@ -573,6 +562,7 @@ def low_rank_gradient_descent_mse(
                       y.shape[0], -1)
       fx_train_t = with_initial(fx_train_0, y_train.shape, 'fx_train_0',
                                 by_time(change, y.shape[0], y_train.shape))
+    predict_fn.solve_info = solve.SolveInfo(fl.solver)
     if test is None:
       return fx_train_t
     test_shape = (test.n,) + tuple(y_train.shape[1:])
@@ -581,6 +571,7 @@ def low_rank_gradient_descent_mse(
     change = _matmul(test, w, 'k_test_train')
     fx_test_t = with_initial(fx_test_0, test_shape, 'fx_test_0',
                              by_time(change, test.n, test_shape))
+    predict_fn.solve_info = solve.SolveInfo(fl.solver)
     if fx_train_t is None:
       return fx_test_t
     return fx_train_t, fx_test_t

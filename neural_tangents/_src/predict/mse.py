@@ -67,7 +67,9 @@ def gradient_descent_mse(
   Args:
     k_train_train: train-train NTK, `(N, N)` plus a pair of axes per output
       axis not in `trace_axes` (see the module docstring). Passing the NNGP
-      instead gives the dynamics of training only the readout layer.
+      instead gives the dynamics of training only the readout layer. A
+      `nt.predict.LowRankKernel` `F F^T` is solved in feature space
+      (`k_test_train` is then a `LowRankKernel` too).
     y_train: targets, `(N, O_1, ..., O_d)`.
     learning_rate: learning rate of the gradient descent steps counted by `t`.
     diag_reg: diagonal regularizer of `k_train_train`, relative to its mean
