@@ -3,8 +3,10 @@
 
 Workloads (`--workloads`, comma-separated):
 
-* `digits`: test accuracy of kernel regression with features of dimension
-  `--digits_dim` (8,192) against exact NNGP and NTK regression
+* `digits`: test accuracy of kernel regression with features `F` of about
+  `--digits_dim` (8,192) columns (RANDFEAT ReLUs of that width for the NNGP,
+  half of it for the NTK, whose final Dense concatenates two feature sets)
+  against exact NNGP and NTK regression
   (`gp_inference` on the exact `stax` kernel, the same `diag_reg`), for a
   2-hidden-layer ReLU FCN on `digits` (1,200 train / 597 test) and a small
   CNN (stride-2 3x3 convolution, ReLU, global average pooling) on
@@ -90,14 +92,19 @@ def run_digits(args):
       ('fcn', 'digits', 1200, 597, _fcn),
       ('cnn', 'digit_images', 800, 400, _cnn)):
     data = datasets.load(dataset, n_train, n_test)
-    (init_fn, feature_fn), kernel_fn, batch = build(args.digits_dim)
+    kernel_fn, batch = build(args.digits_dim)[1:]
     start = time.perf_counter()
     kernel_fn = nt.batch(kernel_fn, batch_size=100)
     k_train = kernel_fn(data.x_train, None, ('nngp', 'ntk'))
     k_test = kernel_fn(data.x_test, data.x_train, ('nngp', 'ntk'))
     exact_seconds = time.perf_counter() - start
-    _, params = init_fn(random.PRNGKey(0), data.x_train.shape)
     for kernel in ('nngp', 'ntk'):
+      # The NTK features of a final Dense concatenate the NNGP and NTK
+      # features of its input: halve the widths so both F have ~dim columns.
+      width = args.digits_dim if kernel == 'nngp' else args.digits_dim // 2
+      (init_fn, feature_fn), _, _ = build(width)
+      shapes, params = init_fn(random.PRNGKey(0), data.x_train.shape)
+      feature_dim = shapes[0 if kernel == 'nngp' else 1][-1]
       start = time.perf_counter()
       exact = nt.predict.gp_inference(getattr(k_train, kernel), data.y_train,
                                       DIAG_REG)('nngp', getattr(k_test, kernel))
@@ -113,7 +120,7 @@ def run_digits(args):
       acc_feat = datasets.accuracy(np.asarray(approx), data.y_test)
       _emit(workload='digits', net=net, dataset=dataset, kernel=kernel,
             n_train=n_train, n_test=n_test, method='RANDFEAT',
-            dim=args.digits_dim, diag_reg=DIAG_REG,
+            relu_dim=width, feature_dim=feature_dim, diag_reg=DIAG_REG,
             exact_accuracy=acc_exact, feature_accuracy=acc_feat,
             accuracy_difference=acc_feat - acc_exact,
             train_kernel_rel_error=_relative_error(
@@ -121,7 +128,8 @@ def run_digits(args):
                                              np.float64)),
             exact_kernel_seconds=round(exact_seconds, 2),
             exact_solve_seconds=round(exact_solve_seconds, 2),
-            feature_regression_seconds=round(feature_seconds, 2))
+            feature_regression_seconds=round(feature_seconds, 2),
+            peak_rss_gb=round(_peak_rss_gb(), 2))
 
 
 # million
@@ -197,7 +205,7 @@ def run_million(args):
       ft.DenseFeatures(1, W_STD, B_STD), relu(),
       ft.DenseFeatures(1, W_STD, B_STD), relu(),
       ft.DenseFeatures(1, W_STD, B_STD))
-  _, params = init_fn(random.PRNGKey(0), (block, INPUT_DIM))
+  shapes, params = init_fn(random.PRNGKey(0), (block, INPUT_DIM))
   bar = tqdm(total=args.n, desc='features, F^T F', file=sys.stderr)
   k_train = nt.predict.LowRankKernel.from_features(
       feature_fn, params, train.inputs, args.n, batch_size=block)
@@ -221,7 +229,8 @@ def run_million(args):
   mse = float(np.mean((mean - y_test)**2))
   baseline = float(np.mean((y_train.mean() - y_test)**2))
   _emit(workload='million', n=args.n, n_test=args.n_test,
-        input_dim=INPUT_DIM, method=args.method, dim=d, block=block,
+        input_dim=INPUT_DIM, method=args.method, relu_dim=d,
+        feature_dim=shapes[1][-1], block=block,
         diag_reg=args.diag_reg, dtype=str(mean.dtype),
         targets_seconds=round(clock['targets'], 1),
         train_features_seconds=round(clock['train_features'], 1),
@@ -246,7 +255,9 @@ def main(argv=None):
   parser.add_argument('--digits_dim', type=int, default=8192)
   parser.add_argument('--n', type=int, default=1_000_000)
   parser.add_argument('--n_test', type=int, default=10_000)
-  parser.add_argument('--dim', type=int, default=1024)
+  parser.add_argument('--dim', type=int, default=1024,
+                      help='ReLU feature widths; the NTK features F of the '
+                      'final Dense have 2 dim + 1 columns')
   parser.add_argument('--method', default='RANDFEAT')
   parser.add_argument('--block', type=int, default=4096)
   parser.add_argument('--diag_reg', type=float, default=1e-3)

@@ -230,7 +230,9 @@ class _NormalEquations:
       block64 = block.astype(np.float64)
       f_y += block64.T @ y[start:stop]
       f_ones += block64.sum(0)
-    self.gram = (gram + gram.T) / 2
+    gram += gram.T  # Symmetric to the last bit, in place (D^2 floats).
+    gram /= 2
+    self.gram = gram
     self.f_y, self.f_ones = f_y, f_ones
     self.dtype = np.dtype(dtype)
     if not (np.all(np.isfinite(self.gram)) and np.all(np.isfinite(f_y))):
@@ -280,9 +282,11 @@ class _FeatureSpaceFlow:
     """`(G + r I)^{-1} b`; the pseudo-inverse (masked) when `r = 0` or `G +
     r I` is not positive definite to working precision."""
     if self.reg > 0 and self._cholesky is None and self._eig is None:
+      g_reg = self.eq.gram.copy()
+      g_reg[np.diag_indices_from(g_reg)] += self.reg
       try:
-        self._cholesky = scipy.linalg.cho_factor(
-            self.eq.gram + self.reg * np.eye(len(self.eq.gram)), lower=True)
+        self._cholesky = scipy.linalg.cho_factor(g_reg, lower=True,
+                                                 overwrite_a=True)
       except np.linalg.LinAlgError:
         self._cholesky = False
     if self._cholesky:
