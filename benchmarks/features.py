@@ -71,7 +71,7 @@ def _fcn(dim):
   _, _, kernel_fn = stax.serial(stax.Dense(1, W_STD, B_STD), stax.Relu(),
                                 stax.Dense(1, W_STD, B_STD), stax.Relu(),
                                 stax.Dense(1, W_STD, B_STD))
-  return features, kernel_fn, 256
+  return features, kernel_fn, 256, 100
 
 
 def _cnn(dim):
@@ -84,7 +84,7 @@ def _cnn(dim):
   _, _, kernel_fn = stax.serial(
       stax.Conv(1, (3, 3), (2, 2), 'SAME', W_STD, B_STD),
       stax.Relu(), stax.GlobalAvgPool(), stax.Dense(1, W_STD, B_STD))
-  return features, kernel_fn, 16
+  return features, kernel_fn, 16, 20
 
 
 def run_digits(args):
@@ -92,9 +92,9 @@ def run_digits(args):
       ('fcn', 'digits', 1200, 597, _fcn),
       ('cnn', 'digit_images', 800, 400, _cnn)):
     data = datasets.load(dataset, n_train, n_test)
-    kernel_fn, batch = build(args.digits_dim)[1:]
+    kernel_fn, batch, kernel_batch = build(args.digits_dim)[1:]
     start = time.perf_counter()
-    kernel_fn = nt.batch(kernel_fn, batch_size=100)
+    kernel_fn = nt.batch(kernel_fn, batch_size=kernel_batch)
     k_train = kernel_fn(data.x_train, None, ('nngp', 'ntk'))
     k_test = kernel_fn(data.x_test, data.x_train, ('nngp', 'ntk'))
     exact_seconds = time.perf_counter() - start
@@ -102,7 +102,7 @@ def run_digits(args):
       # The NTK features of a final Dense concatenate the NNGP and NTK
       # features of its input: halve the widths so both F have ~dim columns.
       width = args.digits_dim if kernel == 'nngp' else args.digits_dim // 2
-      (init_fn, feature_fn), _, _ = build(width)
+      init_fn, feature_fn = build(width)[0]
       shapes, params = init_fn(random.PRNGKey(0), data.x_train.shape)
       feature_dim = shapes[0 if kernel == 'nngp' else 1][-1]
       start = time.perf_counter()
