@@ -8,8 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
-from neural_tangents._src.predict.low_rank import low_rank_gp_inference
-from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import check_finite
@@ -22,6 +20,8 @@ from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.low_rank import low_rank_gp_inference
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.predict.posterior import cached
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.predict.posterior import parse_posterior_get
