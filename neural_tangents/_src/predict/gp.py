@@ -18,6 +18,8 @@ from neural_tangents._src.predict.layout import matrix_to_covariance
 from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.predict.low_rank import low_rank_gp_inference
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.predict.posterior import parse_posterior_get
@@ -79,7 +81,8 @@ def gp_inference(
     k_train_train: train-train kernel: an array (used as the kernel of any
       `get`), or an `nt.Kernel` / namedtuple with the `nngp` and/or `ntk`
       kernels that the calls need ('ntkgp' needs `ntk`; the 'ntk'
-      covariance needs both).
+      covariance needs both), or a `nt.predict.LowRankKernel` `F F^T`,
+      solved in feature space (test kernels are then `LowRankKernel`s too).
     y_train: targets, `(N, O_1, ..., O_d)`.
     diag_reg: diagonal regularizer (noise variance) of the inverted
       train-train kernel, relative to its mean diagonal entry.
@@ -133,6 +136,9 @@ def gp_inference(
     >>> mean.shape, cov.shape
     ((2, 1), (2, 2))
   """
+  if isinstance(k_train_train, LowRankKernel):  # Solved in feature space.
+    return low_rank_gp_inference(k_train_train, y_train, diag_reg,
+                                 diag_reg_absolute_scale, trace_axes)
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,

@@ -27,6 +27,8 @@ from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
 from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.train_kernels import TrainKernels
+from neural_tangents._src.predict.low_rank import low_rank_gradient_descent_mse
+from neural_tangents._src.predict.low_rank import LowRankKernel
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -68,7 +70,9 @@ def gradient_descent_mse(
   Args:
     k_train_train: train-train NTK, `(N, N)` plus a pair of axes per output
       axis not in `trace_axes` (see the module docstring). Passing the NNGP
-      instead gives the dynamics of training only the readout layer.
+      instead gives the dynamics of training only the readout layer. A
+      `nt.predict.LowRankKernel` `F F^T` is solved in feature space
+      (`k_test_train` is then a `LowRankKernel` too).
     y_train: targets, `(N, O_1, ..., O_d)`.
     learning_rate: learning rate of the gradient descent steps counted by `t`.
     diag_reg: diagonal regularizer of `k_train_train`, relative to its mean
@@ -126,6 +130,10 @@ def gradient_descent_mse(
     >>> fx_test_t.shape  # (t, N_test, O)
     (2, 2, 1)
   """
+  if isinstance(k_train_train, LowRankKernel):  # Solved in feature space.
+    return low_rank_gradient_descent_mse(
+        k_train_train, y_train, learning_rate, diag_reg,
+        diag_reg_absolute_scale, trace_axes)
   if isinstance(k_train_train, solve.KernelRows):
     # Row blocks, never held whole: only CG at infinite time can use them.
     if solver != 'cg':
