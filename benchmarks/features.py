@@ -19,6 +19,10 @@ Workloads (`--workloads`, comma-separated):
   `F^T F`, `F^T y` -> `D x D` solve -> predictions on `--n_test` (10,000)
   test points, with stage times, peak RSS and the test MSE against the
   trivial predictor (the train mean).
+* `myrtle`: `benchmarks/features_myrtle.py`: the features of a Myrtle-5
+  CNTK on `--myrtle_images` (10,000) synthetic 32x32x3 images timed against
+  the exact kernel (timed on a subset, extrapolated by pairs and by blocks),
+  and the relative kernel error on the first `--myrtle_error_images` (200).
 
 Each measurement prints one JSON line. Usage:
 
@@ -42,6 +46,7 @@ from neural_tangents.experimental import features as ft
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 '..', 'examples'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import datasets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 W_STD, B_STD = 1.5, 0.05
@@ -245,7 +250,16 @@ def run_million(args):
 
 # Workloads by name: each takes the parsed arguments and prints JSON lines.
 # Add a workload by writing its `run_*` function and naming it here.
-WORKLOADS = {'digits': run_digits, 'million': run_million}
+def run_myrtle(args):
+  """`features_myrtle.run` (Myrtle-5 CNTK features vs the exact kernel)."""
+  import features_myrtle  # pylint: disable=g-import-not-at-top
+  for record in features_myrtle.run(num_images=args.myrtle_images,
+                                    error_images=args.myrtle_error_images):
+    _emit(**record)
+
+
+WORKLOADS = {'digits': run_digits, 'million': run_million,
+             'myrtle': run_myrtle}
 
 
 def main(argv=None):
@@ -261,6 +275,8 @@ def main(argv=None):
   parser.add_argument('--method', default='RANDFEAT')
   parser.add_argument('--block', type=int, default=4096)
   parser.add_argument('--diag_reg', type=float, default=1e-3)
+  parser.add_argument('--myrtle_images', type=int, default=10_000)
+  parser.add_argument('--myrtle_error_images', type=int, default=200)
   args = parser.parse_args(argv)
   names = args.workloads.split(',')
   for name in names:
