@@ -205,12 +205,7 @@ _MAX_FUNCTION_LINES = 120
 # Functions over `_MAX_FUNCTION_LINES` when the limit was set, as
 # `path:qualified name` with their lines of code then; each may not grow past
 # it, and leaves the list once shortened.
-_LONG_FUNCTIONS = {
-    'neural_tangents/_src/predict/ensemble.py:gradient_descent_mse_ensemble':
-        195,
-    'neural_tangents/_src/predict/mse.py:gradient_descent_mse': 155,
-    'neural_tangents/_src/predict/gp.py:gp_inference': 127,
-}
+_LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def function_lengths(path: pathlib.Path) -> dict[str, int]:
