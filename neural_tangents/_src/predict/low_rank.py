@@ -35,6 +35,7 @@ from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import OutputLayout
 from neural_tangents._src.predict.layout import outputs_to_matrix
+from neural_tangents._src.predict.options import check_diag_reg
 from neural_tangents._src.predict.posterior import Gaussian
 from neural_tangents._src.predict.posterior import parse_posterior_get
 from neural_tangents._src.predict.posterior import POSTERIORS
@@ -393,7 +394,7 @@ def low_rank_gp_inference(
   y_train = jnp.asarray(y_train)
   layout = _check_layout(y_train, trace_axes)
   _check_train(k_train_train, y_train)
-  solve.check_diag_reg(diag_reg)
+  check_diag_reg(diag_reg)
   y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
   cache = {}
   solve_info = {}
@@ -486,7 +487,7 @@ def low_rank_gradient_descent_mse(
   y_train = jnp.asarray(y_train)
   layout = _check_layout(y_train, trace_axes)
   _check_train(k_train_train, y_train)
-  solve.check_diag_reg(diag_reg)
+  check_diag_reg(diag_reg)
   y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
   rate = learning_rate / y_train.size
   cache = {}
