@@ -245,3 +245,17 @@ def checked_train_kernel(k_train_train: Any, y_train: Any, trace_axes: Axes
                square=True)
   check_finite(k_train_train, 'k_train_train')
   return y_train, k_train_train, layout
+
+
+def check_initial_outputs(fx_train_0: Any, fx_test_0: Any,
+                          k_test_train: Any) -> None:
+  """The checks of `gradient_descent_mse`'s `predict_fn` arguments: test
+  outputs need `k_test_train`, and something must be predicted."""
+  if fx_test_0 is not None and k_test_train is None:
+    raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
+                     '`k_test_train` to predict on the test set.')
+  if fx_train_0 is None and fx_test_0 is None:
+    raise ValueError(
+        '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
+        'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
+        '`fx_test_0` with `k_test_train` for the test outputs.')

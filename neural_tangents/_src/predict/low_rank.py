@@ -19,6 +19,7 @@ float32 round-off of one block, `eps sqrt(block_rows)`, not of all `n` rows),
 so `F` never has to be held whole: `O(D^2)` memory and `O(n D^2)` time
 instead of the `O(n^2)` memory and `O(n^3)` time of the exact kernel.
 """
+import functools
 import math
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -31,6 +32,7 @@ from neural_tangents._src.predict import solve
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 from neural_tangents._src.predict.layout import broadcast_initial_outputs
+from neural_tangents._src.predict.layout import check_initial_outputs
 from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.layout import OutputLayout
@@ -373,6 +375,14 @@ def _out_dtype(dtype: Any, y_train: Array) -> Any:
   return jnp.result_type(jnp.dtype(dtype), y_train.dtype, float)
 
 
+def _lazy_flow(k: 'LowRankKernel', y: np.ndarray, diag_reg: float,
+               absolute: bool) -> Callable[[], '_FeatureSpaceFlow']:
+  """`flow()`: the feature-space flow of `k` and targets `y`, built (one pass
+  over `F`) on the first call and cached."""
+  return functools.cache(lambda: _FeatureSpaceFlow(
+      _NormalEquations(k, y), k.n, diag_reg, absolute))
+
+
 def low_rank_gp_inference(
     k_train_train: LowRankKernel,
     y_train: Array,
@@ -396,15 +406,8 @@ def low_rank_gp_inference(
   _check_train(k_train_train, y_train)
   check_diag_reg(diag_reg)
   y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
-  cache = {}
   solve_info = {}
-
-  def flow() -> _FeatureSpaceFlow:
-    if 'flow' not in cache:
-      eq = _NormalEquations(k_train_train, y)
-      cache['flow'] = _FeatureSpaceFlow(eq, k_train_train.n, diag_reg,
-                                        diag_reg_absolute_scale)
-    return cache['flow']
+  flow = _lazy_flow(k_train_train, y, diag_reg, diag_reg_absolute_scale)
 
   def predict_fn(get: Get = None, k_test_train: Any = None,
                  k_test_test: Any = None) -> Any:
@@ -490,27 +493,13 @@ def low_rank_gradient_descent_mse(
   check_diag_reg(diag_reg)
   y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
   rate = learning_rate / y_train.size
-  cache = {}
-
-  def flow() -> _FeatureSpaceFlow:
-    if 'flow' not in cache:
-      eq = _NormalEquations(k_train_train, y)
-      cache['flow'] = _FeatureSpaceFlow(eq, k_train_train.n, diag_reg,
-                                        diag_reg_absolute_scale)
-    return cache['flow']
+  flow = _lazy_flow(k_train_train, y, diag_reg, diag_reg_absolute_scale)
 
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  fx_train_0: Optional[ArrayOrScalar] = 0.,
                  fx_test_0: Optional[ArrayOrScalar] = None,
                  k_test_train: Optional[Any] = None) -> Any:
-    if fx_test_0 is not None and k_test_train is None:
-      raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
-                       '`k_test_train` to predict on the test set.')
-    if fx_train_0 is None and fx_test_0 is None:
-      raise ValueError(
-          '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
-          'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
-          '`fx_test_0` with `k_test_train` for the test outputs.')
+    check_initial_outputs(fx_train_0, fx_test_0, k_test_train)
     test = (None if fx_test_0 is None else
             _test_factor(k_test_train, 'k_test_train'))
     fl = flow()

@@ -17,6 +17,7 @@ from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 from neural_tangents._src.predict.layout import as_array_kernel
 from neural_tangents._src.predict.layout import broadcast_initial_outputs
+from neural_tangents._src.predict.layout import check_initial_outputs
 from neural_tangents._src.predict.layout import check_kernel
 from neural_tangents._src.predict.layout import checked_train_kernel
 from neural_tangents._src.predict.layout import kernel_to_matrix
@@ -204,14 +205,7 @@ def _predict(train: TrainKernels, flow: _Flow, t: Optional[ArrayOrScalar],
              fx_test_0: Optional[ArrayOrScalar],
              k_test_train: Optional[Array]) -> Any:
   """`predict_fn` of `gradient_descent_mse` (see there)."""
-  if fx_test_0 is not None and k_test_train is None:
-    raise ValueError('`fx_test_0` was given without `k_test_train`: pass '
-                     '`k_test_train` to predict on the test set.')
-  if fx_train_0 is None and fx_test_0 is None:
-    raise ValueError(
-        '`fx_train_0` and `fx_test_0` are both None: nothing to predict. '
-        'Pass `fx_train_0` (e.g. 0.) for the train outputs, and '
-        '`fx_test_0` with `k_test_train` for the test outputs.')
+  check_initial_outputs(fx_train_0, fx_test_0, k_test_train)
   tau, t_shape = flow_times(t, flow.rate, flow.dtype)
   residual = train.targets(flow.dtype)
   if fx_train_0 is not None:
