@@ -534,3 +534,20 @@ def empirical_ntk_errors(test, net, x1, x2, widths=(64, 1024), n_inits=3):
   test.assertLess(errors[-1], errors[0])
   test.assertLess(errors[-1], EMPIRICAL_TOL)
   return errors
+
+
+def hand_written_layer(seen: list) -> tuple:
+  """A layer written by hand: `kernel_fn` has neither `@requires` nor `@layer`."""
+  def init_fn(rng, input_shape):
+    return input_shape, ()
+
+  def apply_fn(params, x, **kwargs):
+    return 2 * x
+
+  def kernel_fn(k):
+    seen.append((k.diagonal_batch, k.diagonal_spatial))
+    return k.replace(nngp=4 * k.nngp, cov1=4 * k.cov1,
+                     cov2=None if k.cov2 is None else 4 * k.cov2,
+                     ntk=None if k.ntk is None else 4 * k.ntk)
+
+  return init_fn, apply_fn, kernel_fn

@@ -10,23 +10,6 @@ _BOOLS = (stax.Bool.NO, stax.Bool.MAYBE, stax.Bool.YES)
 _DIAGONALS = [stax.Diagonal(i, o) for i in _BOOLS for o in _BOOLS]
 
 
-def _user_layer(seen):
-  """A layer written by hand: `kernel_fn` has neither `@requires` nor `@layer`."""
-  def init_fn(rng, input_shape):
-    return input_shape, ()
-
-  def apply_fn(params, x, **kwargs):
-    return 2 * x
-
-  def kernel_fn(k):
-    seen.append((k.diagonal_batch, k.diagonal_spatial))
-    return k.replace(nngp=4 * k.nngp, cov1=4 * k.cov1,
-                     cov2=None if k.cov2 is None else 4 * k.cov2,
-                     ntk=None if k.ntk is None else 4 * k.ntk)
-
-  return init_fn, apply_fn, kernel_fn
-
-
 class LayerSpecTest(test_utils.NeuralTangentsTestCase):
 
   def test_kernel_fn_records_the_constructor_call(self):
@@ -71,7 +54,7 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
                      protocol.Combination.SERIAL)
 
   def test_parallel_spec_is_in_parallel_of_parts(self):
-    layers = [stax.Dense(2), stax.GlobalAvgPool(), _user_layer([])]
+    layers = [stax.Dense(2), stax.GlobalAvgPool(), test_utils.hand_written_layer([])]
     spec = self._spec(stax.parallel(*layers))
     self.assertEqual(spec,
                      protocol.in_parallel([self._spec(l) for l in layers]))
@@ -89,7 +72,7 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     self.assertFalse(spec.supports_masking)
 
   def test_hand_written_layer_gets_the_default_spec(self):
-    spec = self._spec(_user_layer([]))
+    spec = self._spec(test_utils.hand_written_layer([]))
     self.assertEqual(spec, protocol.KernelSpec(protocol.UNDECLARED))
     self.assertEqual(spec.name, 'kernel_fn')
     self.assertFalse(spec.input_axes.declared)
@@ -97,7 +80,7 @@ class KernelSpecTest(test_utils.NeuralTangentsTestCase):
     self.assertFalse(spec.supports_masking)
     self.assertEqual(spec.allowed_inputs(protocol.Allowed(True, False)),
                      protocol.Allowed(True, False))
-    self.assertFalse(protocol.is_layer_kernel_fn(_user_layer([])[2]))
+    self.assertFalse(protocol.is_layer_kernel_fn(test_utils.hand_written_layer([])[2]))
     self.assertTrue(protocol.is_layer_kernel_fn(stax.Relu()[2]))
 
   def test_helpers_allow_what_their_parts_allow(self):

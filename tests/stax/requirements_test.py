@@ -346,23 +346,6 @@ class DiagonalCompositionTest(test_utils.NeuralTangentsTestCase):
           protocol.Allowed(True, True))), diag)
 
 
-def _user_layer(seen):
-  """A layer written by hand: `kernel_fn` has neither `@requires` nor `@layer`."""
-  def init_fn(rng, input_shape):
-    return input_shape, ()
-
-  def apply_fn(params, x, **kwargs):
-    return 2 * x
-
-  def kernel_fn(k):
-    seen.append((k.diagonal_batch, k.diagonal_spatial))
-    return k.replace(nngp=4 * k.nngp, cov1=4 * k.cov1,
-                     cov2=None if k.cov2 is None else 4 * k.cov2,
-                     ntk=None if k.ntk is None else 4 * k.ntk)
-
-  return init_fn, apply_fn, kernel_fn
-
-
 @stax.layer
 def _Scale(c):
   """The same map as `_user_layer`, declared with `@requires`."""
@@ -381,7 +364,7 @@ class UndeclaredLayerTest(test_utils.NeuralTangentsTestCase):
     seen = []
     x1, x2 = _inputs((2, 3, 4, 5), (3, 3, 4, 5))
     conv = stax.Conv(4, (2, 2), padding='SAME')
-    _, _, kernel_fn = stax.serial(conv, _user_layer(seen), stax.Relu())
+    _, _, kernel_fn = stax.serial(conv, test_utils.hand_written_layer(seen), stax.Relu())
     _, _, declared_fn = stax.serial(conv, _Scale(2.), stax.Relu())
     for kw, representation in (({}, (True, False)),
                                ({'diagonal_spatial': True}, (True, True))):
@@ -394,7 +377,7 @@ class UndeclaredLayerTest(test_utils.NeuralTangentsTestCase):
   def test_parallel_gives_batch_diagonal_covariances(self):
     seen = []
     x1, x2 = _inputs()
-    init_fn, apply_fn, kernel_fn = stax.parallel(_user_layer(seen),
+    init_fn, apply_fn, kernel_fn = stax.parallel(test_utils.hand_written_layer(seen),
                                                  stax.Dense(3))
     k = kernel_fn((x1, x1), (x2, x2))
     self.assertEqual(seen, [(True, False)])
