@@ -871,6 +871,37 @@ class DiagRegTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(gp(None, k_s, k_ss), out, rtol=1e-9, atol=1e-9)
 
 
+  @parameterized.named_parameters(('relative', False), ('absolute', True))
+  def test_traced_kernel_gets_the_same_regularizer(self, absolute):
+    """Under `jax.jit` the kernel is traced and the regularizer is computed
+    on device: the same `diag_reg * trace(k) / n` as on the host."""
+    keys = jax.random.split(jax.random.PRNGKey(32), 2)
+    k_all = _random_psd(keys[0], 10)
+    k, k_s = k_all[:7, :7], k_all[7:, :7]
+    y_train = jax.random.normal(keys[1], (7, 2))
+    diag_reg = 0.3
+    k_reg = (k + diag_reg * jnp.eye(7) if absolute
+             else _relative_reg(k, diag_reg))
+    expected = k_s @ jnp.linalg.solve(k_reg, y_train)
+
+    def gp_mean(k, k_s):
+      return predict.gp_inference(k, y_train, diag_reg=diag_reg,
+                                  diag_reg_absolute_scale=absolute)(
+                                      'nngp', k_s)
+
+    def flow_mean(k, k_s):
+      zeros = jnp.zeros_like(y_train)
+      return predict.gradient_descent_mse(
+          k, y_train, diag_reg=diag_reg,
+          diag_reg_absolute_scale=absolute)(None, zeros, zeros[:3], k_s)[1]
+
+    for fn in (gp_mean, flow_mean):
+      with self.subTest(fn.__name__):
+        self.assertAllClose(jax.jit(fn)(k, k_s), expected, rtol=1e-9,
+                            atol=1e-9)
+        self.assertAllClose(fn(k, k_s), expected, rtol=1e-9, atol=1e-9)
+
+
 class NtkGpTest(test_utils.NeuralTangentsTestCase):
 
   def test_gp_inference_is_posterior_with_ntk_prior(self):
