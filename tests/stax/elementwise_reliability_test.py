@@ -156,16 +156,34 @@ class HugeInputsTest(test_utils.NeuralTangentsTestCase):
       grad = jax.grad(lambda x: jnp.sum(kernel_fn(x, None, 'ntk')))(x)
       self.assertTrue(np.all(np.isfinite(grad)), grad)
 
+  def test_traced_hyperparameters_of_huge_inputs(self):
+    # `W_std`/`b_std` traced by `jax.vmap` and `jax.grad` (as in a phase
+    # diagram) go through the scaled bias terms: the same kernel as the
+    # Python floats, and finite gradients.
+    x = np.random.RandomState(4).randn(3, 4) * 1e25
+
+    def nngp(w_std, b_std, x):
+      kernel_fn = stax.serial(stax.Dense(8, w_std, b_std), stax.Relu(),
+                              stax.Dense(8, w_std, b_std), stax.Erf(),
+                              stax.Dense(1))[2]
+      return kernel_fn(x, None, 'nngp')
+
+    b_stds = np.array([0.05, 0.1, 0.5])
+    got = jax.vmap(lambda b: nngp(1.5, b, x.astype(np.float32)))(
+        b_stds.astype(np.float32))
+    for b_std, g in zip(b_stds, got):
+      _assert_float32_matches_float64(self, [g], [nngp(1.5, b_std, x)],
+                                      f'b_std={b_std}')
+    grad = jax.grad(lambda w, b: jnp.sum(nngp(w, b, x.astype(np.float32))),
+                    argnums=(0, 1))(1.5, 0.1)
+    self.assertTrue(np.all(np.isfinite(grad)), grad)
+
   def test_cauchy_schwarz_gap_of_unequal_variances(self):
     # `(q1 - |c|) q2 + |c| (q2 - |c|)` cancels terms of size |c| q2 >> q1 q2
     # here (a small input against a huge one): it was 4% off in float64.
     q1, q2, c = 0.04000307068130797, 7.682598786723794e65, 4.463085920104e29
     self.assertAllClose(kernel_maps.cauchy_schwarz_gap(q1, q2, c),
                         q1 * q2 - c**2, rtol=1e-12)
-
-
-if __name__ == '__main__':
-  absltest.main()
 
 
 def _sin_reference(a, b, sin2, cos2, q1, q2, c):
@@ -246,3 +264,7 @@ class SinSmallInputsTest(test_utils.NeuralTangentsTestCase):
     d = np.diag(q)
     ref, _ = _sin_reference(1., 1., 0., 1., d[:, None], d[None], q)
     self.assertLess(np.max(np.abs(nngp - ref)) / np.max(np.abs(ref)), 1e-5)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -622,7 +622,10 @@ def stored_constant(k: Kernel, field: str, value: float) -> Any:
   """`value` added to `k`'s `field` ('nngp' also for 'ntk', 'cov1',
   'cov2') as that field stores it: `value` itself, or, in a scaled kernel
   (`scale_exponents`), `value / 2^(a_i + a_j)` broadcastable against it."""
-  if k.scale_exponents is None or value == 0 or getattr(k, field) is None:
+  if (k.scale_exponents is None or getattr(k, field) is None or
+      # A literal zero stays a Python zero; a traced `value` (a
+      # hyperparameter under `jax.grad`/`jax.vmap`) is never compared.
+      (isinstance(value, (int, float)) and value == 0)):
     return value
   ea, eb = exponent_pairs(k)[field]
   dtype = jnp.result_type(getattr(k, field))
