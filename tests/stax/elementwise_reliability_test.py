@@ -67,8 +67,123 @@ class CompiledLargeInputsTest(test_utils.NeuralTangentsTestCase):
                         q1 * q2 - c**2)
 
 
-if __name__ == '__main__':
-  absltest.main()
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _assert_float32_matches_float64(test, got, want, err_msg=''):
+  """`got` (float32) equals `want` (float64) to 1e-5 wherever `want` is
+  representable in float32, and is `inf` of its sign wherever it is not."""
+  for g, w in zip(got, want):
+    test.assertEqual(g.dtype, np.float32)
+    g, w = np.asarray(g, np.float64), np.asarray(w)
+    representable = np.abs(w) < _F32_MAX / 2
+    np.testing.assert_allclose(
+        g[representable], w[representable], rtol=1e-5,
+        atol=1e-5 * np.max(np.abs(w[representable])), err_msg=err_msg)
+    over = np.abs(w) > 2 * _F32_MAX
+    np.testing.assert_array_equal(g[over], np.sign(w[over]) * np.inf,
+                                  err_msg=err_msg)
+
+
+class HugeInputsTest(test_utils.NeuralTangentsTestCase):
+  """Issue 29 item 6: bounded layers past the float32 overflow of the input
+  covariance (inputs above ~1e19) match float64 of the same inputs, instead
+  of +-1 (`Erf`) or NaN (`Sin`, `Rbf`): the input kernel is stored scaled
+  (`Kernel.scale_exponents`) through `Dense` and `Conv` to these layers."""
+
+  @test_utils.sample_product(
+      layer=['Erf', 'Sin', 'Rbf', 'Cos', 'Sigmoid_like'], scale=[1e20, 1e30])
+  def test_bounded_layer_matches_float64(self, layer, scale):
+    kernel_fn = jax.jit(stax.serial(stax.Dense(8, 1.5, 0.1),
+                                    getattr(stax, layer)(),
+                                    stax.Dense(1, 1.2, 0.1))[2],
+                        static_argnames='get')
+    x = np.random.RandomState(0).randn(4, 5) * scale
+    got = kernel_fn(x.astype(np.float32), None, get=('nngp', 'ntk'))
+    want = kernel_fn(x, None, get=('nngp', 'ntk'))
+    _assert_float32_matches_float64(self, got, want, f'{layer} x{scale}')
+
+  def test_erf_of_huge_inputs_is_the_arcsine_kernel(self):
+    # The issue's reproducer: `Erf` on x1e20 gave +-1 (sign-kernel limit).
+    x = np.random.RandomState(0).randn(4, 5)
+    kernel_fn = stax.serial(stax.Dense(8), stax.Erf())[2]
+    got = kernel_fn(x.astype(np.float32) * np.float32(1e20), None, 'nngp')
+    q = x @ x.T / 5 * 1e40
+    d = np.sqrt(np.outer(1 + 2 * np.diag(q), 1 + 2 * np.diag(q)))
+    self.assertAllClose(np.asarray(got, np.float64),
+                        2 / np.pi * np.arcsin(2 * q / d), rtol=1e-5,
+                        atol=1e-6)
+
+  @parameterized.parameters('Erf', 'Sin')
+  def test_mixed_magnitudes_in_one_batch(self, layer):
+    # Examples from 1e-3 to 1e33 side by side: each keeps its own scale
+    # (a small one next to a huge one is not rounded to zero).
+    rng = np.random.RandomState(1)
+    x1, x2 = rng.randn(4, 5), rng.randn(3, 5)
+    x1 *= np.array([[1e25], [1e-3], [1.], [1e12]])
+    x2 *= np.array([[1e12], [1.], [1e33]])
+    kernel_fn = jax.jit(stax.serial(
+        stax.Dense(8, 1.5, 0.1), stax.Relu(), stax.Dense(8, 1.3, 0.2),
+        getattr(stax, layer)(), stax.Dense(1, 1., 0.1))[2],
+                        static_argnames=('get', 'diagonal_batch'))
+    for diagonal_batch in (True, False):
+      got = kernel_fn(x1.astype(np.float32), x2.astype(np.float32),
+                      get=('nngp', 'ntk', 'cov1', 'cov2'),
+                      diagonal_batch=diagonal_batch)
+      want = kernel_fn(x1, x2, get=('nngp', 'ntk', 'cov1', 'cov2'),
+                       diagonal_batch=diagonal_batch)
+      _assert_float32_matches_float64(self, got, want,
+                                      f'diagonal_batch={diagonal_batch}')
+
+  def test_repeat_carries_the_scale(self):
+    x = np.random.RandomState(2).randn(3, 4) * 1e25
+    block = stax.serial(stax.Dense(8, 1.4, 0.1), stax.Relu())
+    head = [stax.Dense(8), stax.Erf(), stax.Dense(1)]
+    repeated = stax.serial(stax.Dense(8), stax.repeat(block, 3), *head)[2]
+    unrolled = stax.serial(stax.Dense(8), *[block] * 3, *head)[2]
+    want = unrolled(x, None, ('nngp', 'ntk'))
+    for kernel_fn in (repeated, unrolled):
+      got = kernel_fn(x.astype(np.float32), None, ('nngp', 'ntk'))
+      _assert_float32_matches_float64(self, got, want)
+
+  def test_gradients_stay_finite_at_ordinary_inputs(self):
+    # The scaled forms are selected by `jnp.where`; the unselected branch
+    # must not put NaN into gradients (zero inputs included).
+    x = np.random.RandomState(3).randn(3, 4).astype(np.float32)
+    x[1] = 0.
+    for layer in (stax.Erf(), stax.Sin(), stax.LayerNorm()):
+      kernel_fn = stax.serial(stax.Dense(8, 1.5, 0.1), layer, stax.Dense(1))[2]
+      grad = jax.grad(lambda x: jnp.sum(kernel_fn(x, None, 'ntk')))(x)
+      self.assertTrue(np.all(np.isfinite(grad)), grad)
+
+  def test_traced_hyperparameters_of_huge_inputs(self):
+    # `W_std`/`b_std` traced by `jax.vmap` and `jax.grad` (as in a phase
+    # diagram) go through the scaled bias terms: the same kernel as the
+    # Python floats, and finite gradients.
+    x = np.random.RandomState(4).randn(3, 4) * 1e25
+
+    def nngp(w_std, b_std, x):
+      kernel_fn = stax.serial(stax.Dense(8, w_std, b_std), stax.Relu(),
+                              stax.Dense(8, w_std, b_std), stax.Erf(),
+                              stax.Dense(1))[2]
+      return kernel_fn(x, None, 'nngp')
+
+    b_stds = np.array([0.05, 0.1, 0.5])
+    got = jax.vmap(lambda b: nngp(1.5, b, x.astype(np.float32)))(
+        b_stds.astype(np.float32))
+    for b_std, g in zip(b_stds, got):
+      _assert_float32_matches_float64(self, [g], [nngp(1.5, b_std, x)],
+                                      f'b_std={b_std}')
+    grad = jax.grad(lambda w, b: jnp.sum(nngp(w, b, x.astype(np.float32))),
+                    argnums=(0, 1))(1.5, 0.1)
+    self.assertTrue(np.all(np.isfinite(grad)), grad)
+
+  def test_cauchy_schwarz_gap_of_unequal_variances(self):
+    # `(q1 - |c|) q2 + |c| (q2 - |c|)` cancels terms of size |c| q2 >> q1 q2
+    # here (a small input against a huge one): it was 4% off in float64.
+    q1, q2, c = 0.04000307068130797, 7.682598786723794e65, 4.463085920104e29
+    self.assertAllClose(kernel_maps.cauchy_schwarz_gap(q1, q2, c),
+                        q1 * q2 - c**2, rtol=1e-12)
 
 
 def _sin_reference(a, b, sin2, cos2, q1, q2, c):
@@ -149,3 +264,7 @@ class SinSmallInputsTest(test_utils.NeuralTangentsTestCase):
     d = np.diag(q)
     ref, _ = _sin_reference(1., 1., 0., 1., d[:, None], d[None], q)
     self.assertLess(np.max(np.abs(nngp - ref)) / np.max(np.abs(ref)), 1e-5)
+
+
+if __name__ == '__main__':
+  absltest.main()

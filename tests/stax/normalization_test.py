@@ -253,11 +253,26 @@ class LayerNormMagnitudeTest(parameterized.TestCase):
       np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
                                  err_msg=f'c={c}')
 
-  def test_overflowed_covariance_is_nan_not_a_finite_guess(self):
-    kernel_fn = stax.serial(stax.Dense(8), stax.LayerNorm(), stax.Dense(1))[2]
-    x = np.random.RandomState(0).randn(3, 4).astype(np.float32)
-    got = kernel_fn(x * np.float32(1e25), None, 'nngp')  # covariance ~1e50
-    self.assertFalse(np.any(np.isfinite(got)), got)
+  @parameterized.parameters(('dense', 1e21), ('dense', 1e30),
+                            ('conv', 1e19), ('conv', 1e35))
+  def test_scale_invariant_past_float32_overflow(self, first, scale):
+    # Issue 29 item 6: the input covariance overflows float32 (~1e40 and
+    # more); it is carried scaled to `LayerNorm` (zeros or NaN before).
+    if first == 'dense':
+      net = stax.serial(stax.Dense(8), stax.LayerNorm(), stax.Dense(1))
+      x = np.random.RandomState(0).randn(3, 4)
+    else:
+      net = stax.serial(stax.Conv(4, (2, 2), padding='SAME'),
+                        stax.LayerNorm(axis=(1, 2, 3)), stax.Flatten(),
+                        stax.Dense(1))
+      x = np.random.RandomState(0).randn(3, 4, 4, 2)
+    kernel_fn = jax.jit(net[2], static_argnames='get')
+    want = kernel_fn(x, None, get=('nngp', 'ntk'))
+    got = kernel_fn((x * scale).astype(np.float32), None, get=('nngp', 'ntk'))
+    for g, w in zip(got, want):
+      self.assertEqual(g.dtype, np.float32)
+      np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-5,
+                                 atol=1e-6)
 
   def test_relu_layer_norm_network_finite_at_1e15(self):
     kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(8),

@@ -137,16 +137,20 @@ def _affine_conv_kernel(k: Kernel,
   left, right)` maps a covariance between positions of inputs `left` and
   `right` (1 for `x1`, 2 for `x2`), whose spatial shapes may differ.
   """
+  def bias(field, value):
+    # As the covariance stores it (`kernel_lib.stored_constant`).
+    return kernel_lib.stored_constant(k, field, value)
+
   def affine(x, n_batch, side):
     if x is None:
       return None
     out = W_std**2 * spatial_map(x, n_batch, side, side)
-    return out if b_std is None else out + b_std**2
+    return out if b_std is None else out + bias(f'cov{side}', b_std**2)
 
   mapped_nngp = spatial_map(k.nngp, 2, 1, 2)
   nngp = W_std**2 * mapped_nngp
   if b_std is not None:
-    nngp = nngp + b_std**2
+    nngp = nngp + bias('nngp', b_std**2)
   ntk = None
   if k.ntk is not None:
     # The NTK of raw inputs is zero (`inputs_to_kernel`): mapping it would
@@ -156,7 +160,8 @@ def _affine_conv_kernel(k: Kernel,
       ntk = ntk + nngp
     else:
       fan_in = k.channels * n_taps / s[0]
-      ntk = ntk + fan_in * mapped_nngp + (0. if b_std is None else 1.)
+      ntk = ntk + fan_in * mapped_nngp + (0. if b_std is None else
+                                          bias('nngp', 1.))
   n_cov_batch = 1 if k.diagonal_batch else 2
   return k.replace(nngp=nngp, ntk=ntk, cov1=affine(k.cov1, n_cov_batch, 1),
                    cov2=affine(k.cov2, n_cov_batch, 2))
@@ -375,7 +380,8 @@ def _conv_requirements(spec: _ConvSpec) -> Callable[[Callable], Callable]:
   layout = spec.layout
   return requires(batch_axis=layout.axis(layout.lhs, 'N'),
                   channel_axis=layout.axis(layout.lhs, 'C'),
-                  diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+                  diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(),
+                  accepts_scaled=True)
 
 
 def _init_fn(spec: _ConvSpec, untied: bool) -> Callable:

@@ -5,7 +5,7 @@ to the finite-width `apply_fn` it is the infinite-width limit of. (Also
 importable from `neural_tangents._src.stax.linear`, the published path.)
 """
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,12 +27,13 @@ from neural_tangents._src.utils.typing import Layer
 
 
 def _affine(x: Optional[jax.Array], W_std: float,
-            b_std: Optional[float]) -> Optional[jax.Array]:
-  """The covariance map of `W x + b`: `W_std^2 * x + b_std^2`."""
+            b_var: Optional[Any]) -> Optional[jax.Array]:
+  """The covariance map of `W x + b`: `W_std^2 * x + b_var`, with `b_var`
+  the stored `b_std^2` (`kernel_lib.stored_constant`)."""
   if x is None:
     return None
   out = W_std**2 * x
-  return out if b_std is None else out + b_std**2
+  return out if b_var is None else out + b_var
 
 
 @layer
@@ -152,24 +153,31 @@ def Dense(out_dim: int,
     return out if b is None else out + b_std * b
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(),
+            accepts_scaled=True)
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     check_layout(k, batch_axis, channel_axis, 'Dense')
-    nngp = _affine(k.nngp, W_std, b_std)
+
+    def bias(field, value):
+      if b_std is None:
+        return None if value else 0.
+      return kernel_lib.stored_constant(k, field, b_std**2 if value else 1.)
+
+    nngp = _affine(k.nngp, W_std, bias('nngp', True))
     ntk = k.ntk
     if ntk is not None:
       if standard:
         nominal_fan_in = k.channels / s_in
         ntk = (nominal_fan_in * k.nngp + W_std**2 * ntk +
-               (0. if b_std is None else 1.))
+               bias('nngp', False))
       else:
         ntk = nngp + W_std**2 * ntk
     c_axis = k.channel_axis % len(k.shape1)
     return k.replace(
         nngp=nngp,
         ntk=ntk,
-        cov1=_affine(k.cov1, W_std, b_std),
-        cov2=_affine(k.cov2, W_std, b_std),
+        cov1=_affine(k.cov1, W_std, bias('cov1', True)),
+        cov2=_affine(k.cov2, W_std, bias('cov2', True)),
         is_gaussian=True,
         is_input=False,
         shape1=_replace_at(k.shape1, c_axis, width),

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax.kernel_maps import ab_relu_kernel_map
+from neural_tangents._src.stax.kernel_maps import accepts_scaled as reads_scaled
 from neural_tangents._src.stax.kernel_maps import elementwise_kernel
 from neural_tangents._src.stax.kernel_maps import erf_kernel_map
 from neural_tangents._src.stax.kernel_maps import exp_kernel_map
@@ -80,7 +81,8 @@ def elementwise(fn: Optional[Callable[[Array], Array]], kernel_map: KernelMap,
           f'Pass `fn=` to `{name}` to use it in a finite network.')
     return fn(inputs)
 
-  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+  @requires(diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(),
+            accepts_scaled=reads_scaled(kernel_map))
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
     return elementwise_kernel(k, kernel_map, name)
 

@@ -144,6 +144,24 @@ def scale_examples(z: jax.Array) -> tuple[jax.Array, jax.Array]:
   return z / s.reshape((-1,) + (1,) * (z.ndim - 1)), s
 
 
+def stored_scales(s: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`(s / 2^a, a)` for per-example powers of 2 `s` (`scale_examples`), with
+  `a >= 0` the exponents by which the input `Kernel` stores covariances
+  (`Kernel.scale_exponents`): 0 unless `s` exceeds `2^(maxexp / 4)` (`2^32`
+  in float32), so that stored covariances stay below about `2^(maxexp / 2)`
+  and products of two of them, and of the weights of a few layers, fit the
+  dtype. Bitwise the plain covariance wherever `a = 0`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> stored_scales(jnp.array([2., 2.**40]))
+    (Array([2.0000000e+00, 4.2949673e+09], dtype=float32), Array([0, 8], dtype=int32))
+  """
+  info = jnp.finfo(s.dtype)
+  a = jnp.maximum(scaling.power_of_two_exponent(s) - info.maxexp // 4, 0)
+  return s / scaling.power_of_two(a, s.dtype), a
+
+
 def _to_standard(x: jax.Array, batch_axis: int, channel_axis: int
                  ) -> jax.Array:
   """`x` in `(N, S..., C)` layout, its axes checked (`layout.spatial_axes`)."""
@@ -215,6 +233,8 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
   z2 = z1 if x2 is None else _to_standard(x2, batch_axis, channel_axis)
   z1, s1 = scale_examples(z1)
   z2, s2 = (z1, s1) if x2 is None else scale_examples(z2)
+  s1, a1 = stored_scales(s1)
+  s2, a2 = (s1, a1) if x2 is None else stored_scales(s2)
 
   def scaled_cov(za, sa, zb, sb, batch_pair):
     out = covariance(za, zb, batch_pair, diagonal_spatial)
@@ -238,6 +258,7 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
       cov2=cov2,
       mask1=mask1,
       mask2=mask2,
+      scale_exponents=(a1, a2),
       x1_is_x2=x2 is None,
       is_gaussian=False,
       is_reversed=False,

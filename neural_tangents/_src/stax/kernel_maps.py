@@ -155,17 +155,25 @@ def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
 
 
 def cauchy_schwarz_gap(q1: Array, q2: Array, c: Array) -> Array:
-  """`q1 q2 - c^2`, exactly 0 where `q1 = q2 = |c|` however it is compiled.
+  """`q1 q2 - c^2`, exactly 0 where `q1 = q2 = |c|` however it is compiled,
+  and to a relative error of a few ulps of `q1 q2` elsewhere.
 
-  Written as `(q1 - |c|) q2 + |c| (q2 - |c|)`: the differences are exact for
-  nearby values (Sterbenz), and on the diagonal of a kernel both terms are
-  exact zeros. The direct `q1 * q2 - c**2` is 0 there only when both products
+  For variances within a factor of 2 of each other it is written
+  `(q1 - |c|) q2 + |c| (q2 - |c|)`: the differences are exact for nearby
+  values (Sterbenz), and on the diagonal of a kernel both terms are exact
+  zeros. The direct `q1 * q2 - c**2` is 0 there only when both products
   round alike, which XLA's fused multiply-add contraction in a compiled
   program does not ensure (it left a rounding error of `1e-7 q^2`, positive or
-  negative, against a determinant term of `1e-38` in float32).
+  negative, against a determinant term of `1e-38` in float32). For unequal
+  variances that form cancels terms of size `|c| q2`, far above `q1 q2` when
+  `q1 << |c|` (a small input against a large one): there it is
+  `(n - |c|)(n + |c|)` with `n = sqrt(q1) sqrt(q2)`.
   """
   abs_c = jnp.abs(c)
-  return (q1 - abs_c) * q2 + abs_c * (q2 - abs_c)
+  close = (q1 <= 2 * q2) & (q2 <= 2 * q1)
+  near_diagonal = (q1 - abs_c) * q2 + abs_c * (q2 - abs_c)
+  norm = jnp.sqrt(q1) * jnp.sqrt(q2)
+  return jnp.where(close, near_diagonal, (norm - abs_c) * (norm + abs_c))
 
 
 # -----------------------------------------------------------------------------
@@ -198,6 +206,7 @@ def ab_relu_kernel_map(a: float, b: float) -> KernelMap:
     if compute_dot:
       dot = ((a**2 + b**2) * (np.pi - theta) + 2 * a * b * theta) / (2 * np.pi)
     return nngp, dot
+  kernel_map.homogeneous = True
   return kernel_map
 
 
@@ -212,6 +221,12 @@ def relu_kernel_map(q1, q2, c, compute_dot):
   nngp = norm * ((sin + (np.pi - theta) * rho) / (2 * np.pi))
   dot = (np.pi - theta) / (2 * np.pi) if compute_dot else None
   return nngp, dot
+
+
+# Homogeneous of degree 1 (`K(2^a q1, 2^b q2, 2^((a+b)/2) c) = 2^((a+b)/2)
+# K(q1, q2, c)`, exactly, and `dot` unchanged): it maps scaled kernels
+# (`Kernel.scale_exponents`) to kernels of the same scale.
+relu_kernel_map.homogeneous = True
 
 
 def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
@@ -245,6 +260,30 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
       nngp = jnp.where(overflow, limit, nngp)
       dot = jnp.where(overflow, np.finfo(dot.dtype).tiny, dot)
     return nngp, (dot if compute_dot else None)
+
+  def scaled(q1, q2, c, ntk, e1, e2):
+    """On covariances stored divided by `2^(e1 + e2)` (variances by
+    `2^(2 e1)`, `2^(2 e2)`), where `D` itself may overflow: with `t_k =
+    2^(-2 e_k)`, `D / 2^(2 e1 + 2 e2) = (t1 + alpha q1)(t2 + alpha q2) -
+    alpha^2 c^2 = A^2 + B^2 + C^2` for `A = sqrt(t1 (t2 + alpha q2))`, `B =
+    sqrt(t2 alpha q1)`, `C = alpha sqrt(q1 q2 - c^2)`, each representable
+    (`sqrt(t_k) = 2^(-e_k)`), summed by `hypot`."""
+    m = scaling.scale_above(jnp.maximum(q1, q2))
+    gap = jnp.maximum(cauchy_schwarz_gap(alpha * (q1 / m), alpha * (q2 / m),
+                                         alpha * (c / m)), 0)
+    dtype = jnp.result_type(q1, q2, c)
+    root_t1 = scaling.power_of_two(-e1, dtype)
+    root_t2 = scaling.power_of_two(-e2, dtype)
+    root = jnp.hypot(
+        jnp.hypot(root_t1 * jnp.sqrt(root_t2**2 + alpha * q2),
+                  root_t2 * safe_sqrt(alpha * q1)),
+        m * safe_sqrt(gap))
+    nngp = a**2 * 2 / np.pi * arctan2(alpha * c, root) + c_shift**2
+    if ntk is not None:
+      ntk = a**2 * 2 * alpha / np.pi * ntk / root
+    return nngp, ntk
+
+  kernel_map.scaled = scaled
   return kernel_map
 
 
@@ -333,6 +372,33 @@ def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
     nngp = a**2 * (sinh_part + sin2 * opposite)
     dot = a**2 * b**2 * (sinh_part + cos2 * opposite) if compute_dot else None
     return nngp, dot
+
+  def scaled(q1, q2, c, ntk, e1, e2):
+    """On covariances stored divided by `2^(e1 + e2)` (variances by
+    `2^(2 e1)`, `2^(2 e2)`): the exponents need `q1 + q2 -+ 2c`, written
+    `(r1 - r2)^2 + 2 r1 r2 (1 -+ rho)` from the standard deviations `r_k`
+    (representable where the variances are not) and the scale-free
+    correlation `rho` (exactly 1 on the diagonal); they overflow to `inf`
+    where the kernel's exponentials vanish."""
+    _, rho = correlation(q1, q2, c)
+    zero = jnp.zeros_like(e1)
+    r1 = scaling.times_powers_of_two(safe_sqrt(q1), e1, zero)
+    r2 = scaling.times_powers_of_two(safe_sqrt(q2), e2, zero)
+    cross = r1 * r2
+    diff = jnp.where(r1 == r2, 0, (r1 - r2)**2)
+    spread = lambda w: diff + jnp.where(w == 0, 0, 2 * cross * w)
+    abs_rho = jnp.abs(rho)
+    near = jnp.exp(-b**2 * spread(1 - abs_rho) / 2)
+    t = b**2 * jnp.where(abs_rho == 0, 0, abs_rho * cross)
+    sinh_part = jnp.sign(rho) * near * (-jnp.expm1(-2 * t)) / 2
+    opposite = jnp.exp(-b**2 * spread(1 + rho) / 2)
+    nngp = a**2 * (sinh_part + sin2 * opposite)
+    if ntk is not None:
+      dot = a**2 * b**2 * (sinh_part + cos2 * opposite)
+      ntk = scaling.times_powers_of_two(dot * ntk, e1, e2)
+    return nngp, ntk
+
+  kernel_map.scaled = scaled
   return kernel_map
 
 
@@ -622,14 +688,52 @@ def _map_covariance(kernel_map: KernelMap, q1: Array, q2: Array, c: Array,
   return nngp, ntk
 
 
+def accepts_scaled(kernel_map: KernelMap) -> bool:
+  """Whether `elementwise_kernel` can apply `kernel_map` to a scaled
+  kernel (`Kernel.scale_exponents`): a homogeneous map, or one with a
+  `scaled` form."""
+  return (getattr(kernel_map, 'homogeneous', False) or
+          hasattr(kernel_map, 'scaled'))
+
+
+def _scaled_elementwise_kernel(k: Kernel, kernel_map: KernelMap) -> Kernel:
+  """`elementwise_kernel` of a scaled `k` by the map's `scaled` form
+  `(q1, q2, c, ntk, e1, e2) -> (nngp', ntk')`, which returns the kernel
+  itself (`scale_exponents=None`)."""
+  variances = kernel_lib.covariance_variances(k)
+  exponents = kernel_lib.exponent_pairs(k)
+
+  def mapped(field, c, ntk=None):
+    return kernel_map.scaled(*variances[field], c, ntk, *exponents[field])
+
+  cov1 = mapped('cov1', k.cov1)[0]
+  c = k.nngp
+  if sides_are_one(k):
+    c = _with_batch_diagonal(c, k.cov1)
+  nngp, ntk = mapped('nngp', c, k.ntk)
+  cov2 = None if k.cov2 is None else mapped('cov2', k.cov2)[0]
+  if sides_are_one(k):
+    nngp = _with_batch_diagonal(nngp, cov1)
+  return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
+                   is_gaussian=False, is_input=False, scale_exponents=None)
+
+
 def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
-  """Applies a nonlinearity's kernel map to every covariance of `k`."""
+  """Applies a nonlinearity's kernel map to every covariance of `k`.
+
+  A scaled `k` (`Kernel.scale_exponents`) stays scaled through a
+  homogeneous map and is unscaled by one with a `scaled` form (see
+  `accepts_scaled`); other maps are only given unscaled kernels.
+  """
   if not k.is_gaussian:
     source = ('the raw inputs' if k.is_input else
               'not Gaussian (e.g. the output of a nonlinearity)')
     raise ValueError(
         f'`{name}` needs Gaussian pre-activations, but its input kernel is '
         f'{source}. Put a `Dense` (or convolution) layer before `{name}`.')
+  if (k.scale_exponents is not None and
+      not getattr(kernel_map, 'homogeneous', False)):
+    return _scaled_elementwise_kernel(k, kernel_map)
   variances = kernel_lib.covariance_variances(k)
   cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
   c = k.nngp

@@ -3,7 +3,7 @@
 Also importable from `neural_tangents._src.stax.linear`, where the published
 package defines it.
 """
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 from jax import lax
@@ -18,6 +18,7 @@ from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils.kernel import Kernel
 from neural_tangents._src.utils.typing import Layer
 
@@ -72,7 +73,7 @@ def layer_norm(x: Array, axes: tuple[int, ...], eps: float,
 
 
 def _normalized_variances(var: Array, spatial_axes: tuple[int, ...],
-                          eps: float, position_mask: Optional[Array]) -> Array:
+                          eps: Any, position_mask: Optional[Array]) -> Array:
   """`var + eps`, averaged over `spatial_axes` (axes of `(N, S_1, ..)`).
 
   Masked positions (`position_mask`, `(N, S_1, ...)`, or None) are left out
@@ -151,8 +152,12 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
     return layer_norm(inputs, _normalize_axes(axes, inputs.ndim), eps, mask)
 
   @requires(batch_axis=batch_axis, channel_axis=channel_axis,
-            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal())
+            diagonal_batch=Diagonal(), diagonal_spatial=Diagonal(),
+            accepts_scaled=True)
   def kernel_fn(k: Kernel, **kwargs) -> Kernel:
+    # Scale-invariant: a scaled kernel (`Kernel.scale_exponents`, inputs
+    # whose covariances would overflow) is normalized as stored, with `eps`
+    # stored alike, and the result is the kernel itself.
     ndim = len(k.shape1)
     b, c = k.batch_axis % ndim, k.channel_axis % ndim
     check_layout(k, batch_axis, channel_axis, 'LayerNorm')
@@ -174,11 +179,18 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
 
     mask1 = masking.position_mask(k.mask1, k.shape1, b, c)
     mask2 = masking.position_mask(k.mask2, k.shape2, b, c)
+    eps1 = eps2 = eps
+    if k.scale_exponents is not None:
+      n_spatial = len(k.shape1) - 2
+      eps1, eps2 = (scaling.times_powers_of_two(
+          jnp.asarray(eps, k.cov1.dtype), -a, -a).reshape((-1,) +
+                                                         (1,) * n_spatial)
+                    for a in k.scale_exponents)
     var1 = kernel_lib.variances(k.cov1, k.diagonal_batch, k.diagonal_spatial)
-    var1 = _normalized_variances(var1, spatial_axes, eps, mask1)
+    var1 = _normalized_variances(var1, spatial_axes, eps1, mask1)
     var2 = (var1 if k.cov2 is None else _normalized_variances(
         kernel_lib.variances(k.cov2, k.diagonal_batch, k.diagonal_spatial),
-        spatial_axes, eps, mask2))
+        spatial_axes, eps2, mask2))
 
     def normalize(x, v1, v2, batch_pair):
       if x is None:
@@ -198,6 +210,7 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
         ntk=normalize(k.ntk, var1, var2, True),
         cov1=normalize(k.cov1, var1, var1, not k.diagonal_batch),
         cov2=normalize(k.cov2, var2, var2, not k.diagonal_batch),
-        is_input=False)
+        is_input=False,
+        scale_exponents=None)
 
   return init_fn, apply_fn, kernel_fn

@@ -38,6 +38,8 @@ import inspect
 import operator
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
+from neural_tangents._src.utils.kernel import Kernel
+
 
 class Bool(enum.IntEnum):
   """Three-valued logic for requirements: `NO < MAYBE < YES`."""
@@ -453,6 +455,24 @@ def read_keywords(kernel_op: Callable, *, var_keyword_reads_all: bool
 # Reading and attaching specs.
 
 
+def unscaled_kernels(k: Any) -> Any:
+  """`k` (a `Kernel`, or a list/tuple of them) with every scaled kernel
+  multiplied back (`Kernel.unscaled`)."""
+  if isinstance(k, (list, tuple)):
+    return type(k)(unscaled_kernels(ki) for ki in k)
+  return k.unscaled() if isinstance(k, Kernel) else k
+
+
+def reading_unscaled(kernel_op: Callable) -> Callable:
+  """`kernel_op` given its input kernels unscaled (see
+  `Kernel.scale_exponents`): what every layer not declared
+  `accepts_scaled` sees."""
+  @functools.wraps(kernel_op)
+  def op(k, **kwargs):
+    return kernel_op(unscaled_kernels(k), **kwargs)
+  return op
+
+
 def with_spec(kernel_op: Callable, spec: KernelSpec) -> Callable:
   """Attaches `spec` to `kernel_op` (its `kernel_spec`) and returns the op."""
   kernel_op.kernel_spec = spec
@@ -576,6 +596,6 @@ def undeclared_kernel_op(kernel_fn: Callable) -> Callable:
   def kernel_op(k, **kwargs):
     if accepted is not None:
       kwargs = {n: v for n, v in kwargs.items() if n in accepted}
-    return kernel_fn(k, **kwargs)
+    return kernel_fn(unscaled_kernels(k), **kwargs)
 
   return with_spec(kernel_op, kernel_spec(kernel_fn))

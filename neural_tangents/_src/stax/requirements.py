@@ -104,7 +104,7 @@ GET_VALUES = ('nngp', 'ntk', 'cov1', 'cov2')
 # Any `Kernel` field is a valid `get` (e.g. `('ntk', 'shape1', 'shape2')`);
 # `GET_VALUES` are the covariances, named first in messages.
 GET_FIELDS = GET_VALUES + tuple(
-    f.name for f in dataclasses.fields(Kernel) if f.name not in GET_VALUES)
+    name for name in kernel_lib.PUBLISHED_FIELDS if name not in GET_VALUES)
 # Keywords that the public `kernel_fn` itself reads.
 KERNEL_FN_KEYWORDS = ('diagonal_batch', 'diagonal_spatial', 'mask_constant',
                       'batch_axis', 'channel_axis')
@@ -117,8 +117,10 @@ LAYER_KEYWORDS = ('pattern',)
 def requires(diagonal_batch: Diagonal = Diagonal(),
              diagonal_spatial: Diagonal = Diagonal(),
              batch_axis: Optional[int] = None,
-             channel_axis: Optional[int] = None) -> Callable[[Callable],
-                                                             Callable]:
+             channel_axis: Optional[int] = None,
+             *,
+             accepts_scaled: bool = False) -> Callable[[Callable],
+                                                       Callable]:
   """Declares the input representations a kernel op can work with.
 
   Args:
@@ -126,6 +128,9 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
     diagonal_spatial: requirement on the spatial diagonal.
     batch_axis: batch axis the layer expects of its inputs, if it has one.
     channel_axis: channel axis the layer expects of its inputs.
+    accepts_scaled: whether the op reads kernels stored with
+      `Kernel.scale_exponents` (and returns them scaled, or unscaled with
+      `scale_exponents=None`); otherwise it is given `Kernel.unscaled()`.
 
   Returns:
     A decorator attaching the `KernelSpec` of these requirements to the
@@ -136,9 +141,11 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
                     input_axes=InputAxes(batch_axis, channel_axis))
 
   def decorator(kernel_op: Callable) -> Callable:
-    return protocol.with_spec(kernel_op, dataclasses.replace(
-        spec, keywords=protocol.read_keywords(kernel_op,
-                                              var_keyword_reads_all=False)))
+    keywords = protocol.read_keywords(kernel_op, var_keyword_reads_all=False)
+    if not accepts_scaled:
+      kernel_op = protocol.reading_unscaled(kernel_op)
+    return protocol.with_spec(kernel_op,
+                              dataclasses.replace(spec, keywords=keywords))
   return decorator
 
 
@@ -277,8 +284,8 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
             'Kernel already holds both sides (its `nngp` is the x1-x2 '
             f'covariance); got x2 of type {type(x2).__name__}. Call '
             '`kernel_fn(kernel)`, or `kernel_fn(x1, x2)` with input arrays.')
-      return _select(kernel_op(_unreversed(x1_or_kernel), **kwargs), names,
-                     single, get)
+      out = kernel_op(_unreversed(x1_or_kernel), **kwargs)
+      return _select(protocol.unscaled_kernels(out), names, single, get)
 
     compute_ntk = names is None or 'ntk' in names
     requested = Allowed(bool(diagonal_batch), bool(diagonal_spatial))
@@ -324,7 +331,7 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
     x2s = inputs.pair_inputs(x1_or_kernel, x2)
     full_inputs = []
     k = build(x1_or_kernel, x2s, allowed_in, axes)
-    out = kernel_op(k, **kwargs)
+    out = protocol.unscaled_kernels(kernel_op(k, **kwargs))
     check_diagonal_spatial(out)
     _check_spatial_sizes_match(out)
     out = match_representation(out, requested)

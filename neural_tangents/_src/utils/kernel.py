@@ -26,8 +26,16 @@ from jax import lax
 import jax.numpy as jnp
 
 from neural_tangents._src.utils import dataclasses
+from neural_tangents._src.utils import scaling
 
 Array = jax.Array
+
+
+# The fields of Neural Tangents 0.6.5's `Kernel`, in its positional order.
+PUBLISHED_FIELDS = ('nngp', 'ntk', 'cov1', 'cov2', 'x1_is_x2', 'is_gaussian',
+                    'is_reversed', 'is_input', 'diagonal_batch',
+                    'diagonal_spatial', 'shape1', 'shape2', 'batch_axis',
+                    'channel_axis', 'mask1', 'mask2')
 
 
 @dataclasses.dataclass
@@ -57,6 +65,15 @@ class Kernel:
     channel_axis: channel axis of the activations.
     mask1: boolean mask of `x1` (`True` = masked out), or `None`.
     mask2: boolean mask of `x2`, or `None`.
+    scale_exponents: `None` (always, in a `Kernel` that a `kernel_fn`
+      returns), or, between layers, per-example integer exponents `(a1, a2)`
+      of shapes `(N1,)` and `(N2,)`: then every stored covariance is the
+      kernel divided by `2^(a_i + a_j)` for its examples `i` (of `x1` for
+      `nngp`, `ntk`, `cov1`) and `j` (of `x2` for `nngp`, `ntk`, `cov2`).
+      Inputs so large that their covariances would overflow (float32 inputs
+      above about 1e19) are carried this way from the input to the first
+      layer that needs the kernel itself (see `unscaled`); layers declared
+      with `@requires(accepts_scaled=True)` read them scaled.
 
   The positional field order is the one above (that of Neural Tangents
   0.6.5). Methods: `asdict`, `astuple`, `slice`, `reverse`, `transpose`,
@@ -86,6 +103,7 @@ class Kernel:
   channel_axis: int = dataclasses.field(pytree_node=False, default=-1)
   mask1: Optional[Array] = None
   mask2: Optional[Array] = None
+  scale_exponents: Optional[tuple[Array, Array]] = None
 
   def replace(self, **changes: Any) -> 'Kernel':  # set by `dataclass`.
     raise NotImplementedError
@@ -109,12 +127,38 @@ class Kernel:
     return self.shape1[self.channel_axis]
 
   def asdict(self) -> dict[str, Any]:
-    """The fields as a `dict` `{name: value}`, in field order (no copies)."""
-    return {f.name: getattr(self, f.name) for f in std_dataclasses.fields(self)}
+    """The fields as a `dict` `{name: value}`, in field order (no copies):
+    those of Neural Tangents 0.6.5, of the kernel itself (`unscaled`)."""
+    k = self.unscaled()
+    return {name: getattr(k, name) for name in PUBLISHED_FIELDS}
 
   def astuple(self) -> tuple[Any, ...]:
-    """The fields as a tuple, in the (positional) field order."""
-    return tuple(getattr(self, f.name) for f in std_dataclasses.fields(self))
+    """The fields as a tuple, in the (positional) field order (see
+    `asdict`)."""
+    return tuple(self.asdict().values())
+
+  def unscaled(self) -> 'Kernel':
+    """This kernel with its covariances multiplied back by
+    `2^(a_i + a_j)` (see `scale_exponents`): values that do not fit the
+    dtype become `inf`, as they would have without the scaling.
+
+    Example:
+      >>> k = Kernel(nngp=jnp.ones((1, 2)), ntk=None, cov1=jnp.ones(1),
+      ...            cov2=jnp.ones(2), x1_is_x2=False,
+      ...            scale_exponents=(jnp.array([1]), jnp.array([0, 2])))
+      >>> k.unscaled().nngp
+      Array([[2., 8.]], dtype=float32)
+    """
+    if self.scale_exponents is None:
+      return self
+    pairs = exponent_pairs(self)
+    scale = lambda x, e: (None if x is None else
+                          scaling.times_powers_of_two(x, *e))
+    return self.replace(nngp=scale(self.nngp, pairs['nngp']),
+                        ntk=scale(self.ntk, pairs['nngp']),
+                        cov1=scale(self.cov1, pairs['cov1']),
+                        cov2=scale(self.cov2, pairs.get('cov2')),
+                        scale_exponents=None)
 
   def slice(self, n1_slice: Any, n2_slice: Any) -> 'Kernel':
     """The kernel of `x1[n1_slice]` and `x2[n2_slice]`.
@@ -154,7 +198,10 @@ class Kernel:
         shape1=_with_batch_size(self.shape1, self.batch_axis, nngp.shape[0]),
         shape2=_with_batch_size(self.shape2, self.batch_axis, nngp.shape[1]),
         mask1=_slice_mask(self.mask1, n1_slice, self.batch_axis),
-        mask2=_slice_mask(self.mask2, n2_slice, self.batch_axis))
+        mask2=_slice_mask(self.mask2, n2_slice, self.batch_axis),
+        scale_exponents=None if self.scale_exponents is None else (
+            self.scale_exponents[0][n1_slice],
+            self.scale_exponents[1][n2_slice]))
 
   def reverse(self) -> 'Kernel':
     """The same kernel with its spatial dimensions stored in reverse order.
@@ -441,10 +488,11 @@ class Kernel:
 
   def __add__(self, other: 'Kernel') -> 'Kernel':
     add = lambda a, b: None if a is None or b is None else a + b
-    return self.replace(nngp=add(self.nngp, other.nngp),
-                        ntk=add(self.ntk, other.ntk),
-                        cov1=add(self.cov1, other.cov1),
-                        cov2=add(self.cov2, other.cov2))
+    left, right = self.unscaled(), other.unscaled()
+    return left.replace(nngp=add(left.nngp, right.nngp),
+                        ntk=add(left.ntk, right.ntk),
+                        cov1=add(left.cov1, right.cov1),
+                        cov2=add(left.cov2, right.cov2))
 
 
 def spatial_shape(shape: tuple[int, ...], batch_axis: int,
@@ -549,6 +597,39 @@ def covariance_variances(k: Kernel) -> dict[str, tuple[Array, Array]]:
     out['cov2'] = outer_variances(var2, var2, not k.diagonal_batch,
                                   k.diagonal_spatial)
   return out
+
+
+def exponent_pairs(k: Kernel) -> dict[str, tuple[Array, Array]]:
+  """For each of `nngp` (and `ntk`), `cov1`, `cov2` of a scaled `k`, the
+  exponents `(a_i, a_j)` of its entries, broadcastable against it (as
+  `covariance_variances` gives the variances)."""
+  a1, a2 = k.scale_exponents
+  n_spatial = len(k.shape1) - 2
+
+  def pair(ea, eb, batch_pair):
+    shape = lambda e: e.reshape(e.shape + (1,) * n_spatial)
+    return outer_variances(shape(ea), shape(eb), batch_pair,
+                           k.diagonal_spatial)
+
+  out = {'nngp': pair(a1, a2, True),
+         'cov1': pair(a1, a1, not k.diagonal_batch)}
+  if k.cov2 is not None:
+    out['cov2'] = pair(a2, a2, not k.diagonal_batch)
+  return out
+
+
+def stored_constant(k: Kernel, field: str, value: float) -> Any:
+  """`value` added to `k`'s `field` ('nngp' also for 'ntk', 'cov1',
+  'cov2') as that field stores it: `value` itself, or, in a scaled kernel
+  (`scale_exponents`), `value / 2^(a_i + a_j)` broadcastable against it."""
+  if (k.scale_exponents is None or getattr(k, field) is None or
+      # A literal zero stays a Python zero; a traced `value` (a
+      # hyperparameter under `jax.grad`/`jax.vmap`) is never compared.
+      (isinstance(value, (int, float)) and value == 0)):
+    return value
+  ea, eb = exponent_pairs(k)[field]
+  dtype = jnp.result_type(getattr(k, field))
+  return scaling.times_powers_of_two(jnp.asarray(value, dtype), -ea, -eb)
 
 
 def _with_batch_size(shape: tuple[int, ...], batch_axis: int,
