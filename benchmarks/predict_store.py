@@ -16,14 +16,21 @@ linear teacher into 10 classes, as `benchmarks/cifar_scale.py`):
    checks included, divided by the iterations) against `bare_matmul`;
 4. `read_bandwidth`: the store's chunk files read once from disk (evicted
    from the page cache first with `posix_fadvise(DONTNEED)`), GB/s;
-5. `cg_store` (in a fresh process, for its own peak memory): the same solve
-   and prediction from the two stores (`StoredKernel`s, read by row blocks),
-   seconds per iteration against `cg_memory`'s.
+5. `cg_store`: the same solve and prediction from the two stores
+   (`StoredKernel`s, read by row blocks, evicted from the page cache
+   first), seconds per iteration against `cg_memory`'s.
 
-Prints one JSON line per stage. Usage (from the project root):
+Stages 2-3 and 5 each run in a fresh process (their own peak memory; the
+first holds both kernels in memory). Prints one JSON line per stage.
+`--mode=store` runs only stage 5, computing the stores first if absent: the
+end-to-end run for kernels larger than memory (`--n=100000`: 37 GiB).
+
+Usage (from the project root):
 
   PYTHONPATH=$PWD python benchmarks/predict_store.py [--n 50000] \\
       [--directory /tmp/predict_store]
+  PYTHONPATH=$PWD python benchmarks/predict_store.py --mode=store \\
+      --n=100000 --directory=/tmp/predict_store_100k
   PYTHONPATH=$PWD python benchmarks/predict_store.py --small   # seconds
 """
 import argparse
@@ -39,6 +46,12 @@ import numpy as np
 
 
 def _peak_gb() -> float:
+  """This process's peak resident memory (`VmHWM`: unlike `ru_maxrss`, not
+  inherited from the parent of a subprocess)."""
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) / 2**20
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
@@ -48,12 +61,19 @@ def _report(stage: str, **values) -> None:
 
 
 def synthetic(n_train, n_test, dim, classes=10, seed=0):
-  r = np.random.RandomState(seed)
-  x = r.randn(n_train + n_test, dim).astype(np.float32)
-  teacher = r.randn(dim, classes).astype(np.float32)
+  """`(x, y, x_test, test labels)`, drawn in float32 (no float64 copy)."""
+  r = np.random.default_rng(seed)
+  x = r.standard_normal((n_train + n_test, dim), dtype=np.float32)
+  teacher = r.standard_normal((dim, classes), dtype=np.float32)
   labels = np.argmax(x @ teacher, axis=1)
   y = np.eye(classes, dtype=np.float32)[labels] - 1. / classes
   return x[:n_train], y[:n_train], x[n_train:], labels[n_train:]
+
+
+def _targets(args):
+  """`(y, test labels)`, without keeping the inputs."""
+  _, y, _, labels = synthetic(args.n, args.n_test, args.dim)
+  return y, labels
 
 
 def _kernel_fn():
@@ -81,7 +101,7 @@ def _solve(args, k, k_test):
   """`(seconds, iterations, residual, accuracy)` of a CG solve and its
   prediction."""
   import neural_tangents as nt  # pylint: disable=g-import-not-at-top
-  _, y, _, labels = synthetic(args.n, args.n_test, args.dim)
+  y, labels = _targets(args)
   start = time.perf_counter()
   predict_fn = nt.predict.gp_inference(
       k, y, diag_reg=args.diag_reg, solver='cg', tol=args.tol,
@@ -122,15 +142,46 @@ def _read_bandwidth(directory: str) -> dict:
               gb_per_s=round(total / 1e9 / seconds, 3))
 
 
-def run_memory(args) -> None:
+def _child(args, mode: str) -> dict:
+  """Runs `mode` in a fresh process (its own peak memory); its last line."""
+  flags = [f'--{name}={getattr(args, name)}' for name in (
+      'n', 'n_test', 'dim', 'batch_size', 'diag_reg', 'tol', 'maxiter',
+      'rank', 'directory')]
+  out = subprocess.run([sys.executable, __file__, f'--mode={mode}', *flags],
+                       check=True, capture_output=True, text=True)
+  lines = [l for l in out.stdout.splitlines() if l.startswith('{')]
+  for line in lines:
+    print(line, flush=True)
+  return json.loads(lines[-1])
+
+
+def run_all(args) -> None:
+  """The kernels into their stores, then each measurement."""
   start = time.perf_counter()
-  k_store, k_test_store = _stores(args)
+  _stores(args)
   _report('kernel', n=args.n, n_test=args.n_test,
           seconds=round(time.perf_counter() - start, 3),
           peak_rss_gb=round(_peak_gb(), 3))
+  memory = _child(args, 'memory')
+  bandwidth = _read_bandwidth(os.path.join(args.directory, 'train'))
+  _report('read_bandwidth', **bandwidth)
+  store = _child(args, 'store')
+  # An iteration from disk reads the whole kernel: its bound is the disk's.
+  disk_bound = bandwidth['gb'] / bandwidth['gb_per_s']
+  _report('summary', n=args.n, memory_vs_bare=memory['vs_bare'],
+          store_vs_memory=round(store['seconds_per_iteration'] /
+                                memory['seconds_per_iteration'], 3),
+          disk_bound_seconds_per_iteration=round(disk_bound, 3),
+          store_vs_disk_bound=round(store['seconds_per_iteration'] /
+                                    disk_bound, 3))
+
+
+def run_memory(args) -> None:
+  """`bare_matmul` and `cg_memory`, the kernels loaded from their stores."""
+  k_store, k_test_store = _stores(args)
   k = np.asarray(k_store[...])
   k_test = np.asarray(k_test_store[...])
-  v = np.asarray(synthetic(args.n, args.n_test, args.dim)[1], np.float32)
+  v = _targets(args)[0]
   times = []
   for _ in range(3):
     start = time.perf_counter()
@@ -147,26 +198,19 @@ def run_memory(args) -> None:
           seconds_per_iteration=round(per_iteration, 4),
           vs_bare=round(per_iteration / bare, 3), test_accuracy=accuracy,
           peak_rss_gb=round(_peak_gb(), 3))
-  del k, k_test
-  _report('read_bandwidth', **_read_bandwidth(os.path.join(args.directory,
-                                                           'train')))
-  flags = [f'--{name}={getattr(args, name)}' for name in (
-      'n', 'n_test', 'dim', 'batch_size', 'diag_reg', 'tol', 'maxiter',
-      'rank', 'directory')]
-  out = subprocess.run([sys.executable, __file__, '--mode=store', *flags],
-                       check=True, capture_output=True, text=True)
-  line = [l for l in out.stdout.splitlines() if l.startswith('{')][-1]
-  store = json.loads(line)
-  print(line, flush=True)
-  _report('summary', n=args.n,
-          memory_vs_bare=round(per_iteration / bare, 3),
-          store_vs_memory=round(store['seconds_per_iteration'] /
-                                per_iteration, 3))
 
 
 def run_store(args) -> None:
+  """`cg_store`: the solve and prediction from the stores, which are
+  computed first if absent (`kernel` is then reported: end to end)."""
   import neural_tangents as nt  # pylint: disable=g-import-not-at-top
-  k_store, k_test_store = _stores(args)  # Read back: nothing computed.
+  start = time.perf_counter()
+  computed = not os.path.isdir(os.path.join(args.directory, 'test'))
+  k_store, k_test_store = _stores(args)
+  if computed:
+    _report('kernel', n=args.n, n_test=args.n_test,
+            seconds=round(time.perf_counter() - start, 3),
+            peak_rss_gb=round(_peak_gb(), 3))
   _evict(args.directory)
   k = nt.predict.StoredKernel(k_store)
   k_test = nt.predict.StoredKernel(k_test_store, 'k_test_train')
@@ -175,7 +219,8 @@ def run_store(args) -> None:
           iterations=iterations, residual=residual,
           seconds_per_iteration=round(seconds / max(iterations, 1), 4),
           test_accuracy=accuracy, peak_rss_gb=round(_peak_gb(), 3),
-          row_block_reads=sum(k.reads.values()))
+          row_block_reads=sum(k.reads.values()),
+          end_to_end_seconds=round(time.perf_counter() - start, 3))
 
 
 def main():
@@ -189,13 +234,14 @@ def main():
   parser.add_argument('--maxiter', type=int, default=2000)
   parser.add_argument('--rank', type=int, default=200)
   parser.add_argument('--directory', default='/tmp/predict_store')
-  parser.add_argument('--mode', choices=('memory', 'store'), default='memory')
+  parser.add_argument('--mode', choices=('all', 'memory', 'store'),
+                      default='all')
   parser.add_argument('--small', action='store_true')
   args = parser.parse_args()
   if args.small:
     args.n, args.n_test, args.dim, args.batch_size = 2000, 500, 256, 500
     args.directory += '_small'
-  (run_memory if args.mode == 'memory' else run_store)(args)
+  {'all': run_all, 'memory': run_memory, 'store': run_store}[args.mode](args)
 
 
 if __name__ == '__main__':
