@@ -7,6 +7,8 @@ kernels in memory. Incomplete, damaged and mis-shaped stores are refused.
 Conjugate gradients multiply in the kernel's precision (float32) and still
 certify the residual `tol` asks for, by exact residual replacement.
 """
+import contextlib
+import io
 import os
 import tempfile
 
@@ -128,6 +130,21 @@ class PredictFromStoreTest(test_utils.NeuralTangentsTestCase):
     desired = _direct(k[...], k_test[...], self.y, 1e-3)
     np.testing.assert_allclose(np.asarray(got, np.float64), desired,
                                rtol=1e-5, atol=1e-5 * np.abs(desired).max())
+
+
+class ProgressTest(test_utils.NeuralTangentsTestCase):
+
+  def test_progress_bar_of_cg_iterations(self):
+    k = np.random.RandomState(0).rand(30, 30)
+    k = k @ k.T
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+      predict_fn = nt.predict.gradient_descent_mse(
+          k, np.ones((30, 1)), diag_reg=1e-2, solver='cg', progress=True)
+      predict_fn(None, None, 0., k[:3])
+    self.assertRegex(stderr.getvalue(), r'conjugate gradients.*residual=')
+    with self.assertRaisesRegex(TypeError, '`progress` must be True or False'):
+      nt.predict.gp_inference(k, np.ones((30, 1)), progress='yes')
 
 
 class FastProductsTest(test_utils.NeuralTangentsTestCase):

@@ -215,6 +215,7 @@ def gradient_descent_mse_ensemble(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
     **kernel_fn_train_train_kwargs,
 ) -> Callable[..., Any]:
   """Outputs of an ensemble of infinitely wide networks trained on MSE.
@@ -282,6 +283,8 @@ def gradient_descent_mse_ensemble(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
     **kernel_fn_train_train_kwargs: passed as they are to
       `kernel_fn(x_train, None)`; to `kernel_fn(x_test, None)` unless
       `predict_fn` overrides them; for `kernel_fn(x_test, x_train)`, pairs
@@ -336,7 +339,7 @@ def gradient_descent_mse_ensemble(
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   train = TrainKernels(
       y_train, layout, options, trace_axes=trace_axes,
       name='kernel_fn(x_train, None, "{}")',

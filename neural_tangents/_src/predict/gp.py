@@ -42,6 +42,7 @@ def gp_inference(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
 ) -> Callable[..., Any]:
   """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
@@ -97,6 +98,8 @@ def gp_inference(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
@@ -143,7 +146,7 @@ def gp_inference(
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   train = TrainKernels(
       y_train, layout, options, trace_axes=trace_axes, checked_finite=False,
       load=lambda kernels: {kernel: _matrix(train, k_train_train, kernel,

@@ -46,6 +46,7 @@ def gradient_descent_mse(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
 ) -> Callable[..., Union[Array, tuple[Array, Array]]]:
   """Outputs of a linearized network trained by gradient descent on MSE.
 
@@ -89,6 +90,8 @@ def gradient_descent_mse(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
 
   Returns:
     `predict_fn(t=None, fx_train_0=0., fx_test_0=None, k_test_train=None)`.
@@ -153,7 +156,7 @@ def gradient_descent_mse(
     y_train, k_train_train, layout = checked_train_kernel(
         k_train_train, y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   out_dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   # LAPACK has no half precision: solve in float32, return `out_dtype`.
   dtype = solve.compute_dtype(out_dtype)

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from neural_tangents._src.batching.options import progress_bar_class
 from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.options import SolveOptions
 
@@ -646,8 +647,10 @@ class CGSolver:
 
   def __init__(self, k: Any, reg: float, tol: float, maxiter: Optional[int],
                rank: int, name: str = 'k_train_train', diag_reg: float = 0.,
-               scale: float = 1., absolute: bool = True):
+               scale: float = 1., absolute: bool = True,
+               progress: bool = False):
     self.k = host_view(k)
+    self.progress = progress
     self.reg = float(reg)
     self.tol = float(tol)
     self.maxiter = maxiter
@@ -694,7 +697,10 @@ class CGSolver:
       return r
     return self.precondition.apply_inverse(r)
 
-  def solve(self, b: Array, progress: bool = False) -> Array:
+  def solve(self, b: Array, progress: Optional[bool] = None) -> Array:
+    """`(K + r I)^{-1} b`; `progress` (default: the solver's) shows a bar of
+    the iterations and the residual."""
+    progress = self.progress if progress is None else progress
     if _is_traced(b):
       raise ValueError('`solver="cg"` solves on concrete values, but got '
                        'targets traced under `jit`; call `predict_fn` '
@@ -717,8 +723,8 @@ class CGSolver:
     last_exact = 1.  # The relative exact residual at the last check.
     bar = None
     if progress:
-      from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-      bar = tqdm(total=maxiter, desc='conjugate gradients', unit='it')
+      bar = progress_bar_class()(total=maxiter, desc='conjugate gradients',
+                                 unit='it')
     try:
       while True:
         relative = np.max(np.linalg.norm(r, axis=0) / b_norm)
@@ -848,7 +854,8 @@ def _factorize(k: Any, options: SolveOptions, name: str) -> Solver:
     return CGSolver(k, float(reg), options.tol, options.maxiter,
                     options.preconditioner_rank, name,
                     diag_reg=float(diag_reg), scale=scale,
-                    absolute=diag_reg_absolute_scale)
+                    absolute=diag_reg_absolute_scale,
+                    progress=options.progress)
 
   dtype = compute_dtype(k.dtype)
   if solver == 'cholesky' and not _is_traced(k):

@@ -176,9 +176,10 @@ class StoredKernel(KernelRows):
       path, expected = self._chunk_files[(i, j)]
       found = file_checksum(path)
       if expected is not None and found != expected:
+        why = ('the chunk file is missing' if found is None else
+               'the chunk file does not match its checksum')
         raise ValueError(
-            f'Block {(i, j)} of `{self.name}` ({path}) is damaged: '
-            f'{"the chunk file is missing" if found is None else "the chunk file does not match its checksum"}. '
+            f'Block {(i, j)} of `{self.name}` ({path}) is damaged: {why}. '
             'Run the batched function on the same inputs again: it '
             'recomputes damaged blocks. Then predict from the store.')
     self._verified.add(i)
