@@ -43,6 +43,9 @@ _N = flags.DEFINE_integer('n', 12, 'Examples.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 3, 'Examples per block.')
 _STORE = flags.DEFINE_string('store', None, 'On-disk store directory.')
 _X64 = flags.DEFINE_bool('x64', False, 'Compute in float64.')
+_SOLVE = flags.DEFINE_bool(
+    'solve', False, 'With --store: also predicts test points by kernel '
+    'regression solved from the store across the processes (CG).')
 _OUTPUT = flags.DEFINE_string(
     'output', None, 'Saves the kernels and block counts of this process to '
     '`<output>.<process index>.npz`.')
@@ -65,6 +68,59 @@ def start_processes(coordinator_address: Optional[str], num_processes: int,
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes,
                                process_id=process_id)
+
+
+def cnn_kernel_fn() -> Any:
+  """The analytic kernel function of the example CNN."""
+  from neural_tangents import stax  # pylint: disable=g-import-not-at-top
+  return stax.serial(
+      stax.Conv(8, (2, 2)), stax.Relu(), stax.Flatten(),
+      stax.Dense(16, W_std=1.5), stax.Relu(), stax.Dense(1))[2]
+
+
+def regression_data(n: int, n_test: int) -> tuple[Any, Any, Any]:
+  """`(train images, test images, targets)` of the store's regression."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+  rng = np.random.default_rng(0)
+  rng.standard_normal((n, 6))  # The inputs of `kernels`: the same images.
+  images = rng.standard_normal((n, 4, 4, 2)).astype(dtype)
+  test = np.random.default_rng(1).standard_normal(
+      (n_test, 4, 4, 2)).astype(dtype)
+  y = np.random.default_rng(2).standard_normal((n, 3)).astype(dtype)
+  return images, test, y
+
+
+def predictions_from_store(n: int, n_test: int, batch_size: int, store: str,
+                           diag_reg: float = 1e-2, rank: int = 2
+                           ) -> tuple[Any, dict[str, Any]]:
+  """The CNN's NTK regression of `regression_data`, solved from the store.
+
+  The train-train kernel (from `store`) and the test-train kernel (computed
+  into `store + '_test'`) are read by row blocks: under JAX's distributed
+  runtime each process reads only its row blocks (block `i` is process
+  `i % P`'s) and conjugate gradients sum the products over the processes,
+  so every process ends with the same predictions.
+
+  Returns:
+    `(test means, {'train': reads, 'test': reads})`, the row blocks this
+    process read (`{block: times}`).
+  """
+  import neural_tangents as nt  # pylint: disable=g-import-not-at-top
+  images, test, y = regression_data(n, n_test)
+  kernel_fn = cnn_kernel_fn()
+  options = dict(store_on_device=False)
+  k_train = nt.predict.StoredKernel(nt.batch(
+      kernel_fn, batch_size, store=store, **options)(images, None, 'ntk'))
+  k_test = nt.predict.StoredKernel(nt.batch(
+      kernel_fn, batch_size, store=store + '_test', **options)(
+          test, images, 'ntk'), 'k_test_train')
+  predict_fn = nt.predict.gp_inference(
+      k_train, y, diag_reg=diag_reg, solver='cg', tol=1e-10,
+      preconditioner_rank=rank)
+  mean = predict_fn('ntk', k_test)
+  return mean, {'train': k_train.reads, 'test': k_test.reads}
 
 
 def kernels(n: int, batch_size: int, store: Optional[str] = None
@@ -98,9 +154,7 @@ def kernels(n: int, batch_size: int, store: Optional[str] = None
   init_fn, apply_fn, _ = stax.serial(
       stax.Dense(32, W_std=1.5, b_std=0.1), stax.Relu(),
       stax.Dense(1, W_std=1.5, b_std=0.1))
-  _, _, cnn = stax.serial(
-      stax.Conv(8, (2, 2)), stax.Relu(), stax.Flatten(),
-      stax.Dense(16, W_std=1.5), stax.Relu(), stax.Dense(1))
+  cnn = cnn_kernel_fn()
   _, params = init_fn(jax.random.PRNGKey(1), x.shape)
   empirical_ntk = nt.empirical_ntk_fn(apply_fn)
   monte_carlo = nt.monte_carlo_kernel_fn(init_fn, apply_fn,
@@ -138,6 +192,13 @@ def main(argv) -> None:
   for name, count in counts.items():
     print(f'  {name}: computed {count["computed"]} of {count["total"]} '
           f'blocks (from store: {count["from_store"]})')
+  if _SOLVE.value and _STORE.value:
+    start = time.perf_counter()
+    out['predictions'], reads = predictions_from_store(
+        _N.value, _N.value - 2, _BATCH_SIZE.value, _STORE.value)
+    counts['reads'] = reads
+    print(f'  predictions from the store: {time.perf_counter() - start:.1f} '
+          f's, row blocks read: {reads}')
   if _OUTPUT.value:
     np.savez(f'{_OUTPUT.value}.{jax.process_index()}.npz',
              counts=repr(counts), **out)

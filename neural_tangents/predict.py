@@ -30,3 +30,4 @@ from neural_tangents._src.predict import LowRankKernel
 from neural_tangents._src.predict import max_learning_rate
 from neural_tangents._src.predict import ODEState
 from neural_tangents._src.predict import SolveInfo
+from neural_tangents._src.predict import StoredKernel

@@ -24,6 +24,7 @@ from neural_tangents import stax
 # Modules whose examples need an optional extra: skipped without it.
 _EXTRAS = {
     'neural_tangents._src.experimental.empirical_tf': ('tensorflow', 'tf2jax'),
+    'neural_tangents._src.predict.stored': ('zarr',),
 }
 
 

@@ -5,9 +5,12 @@ Runs `examples/multihost_kernel.py` (the multi-host recipe of
 devices each and JAX's CPU collectives (gloo): every process computes an
 analytic CNN + fully connected kernel (into an on-disk store), an empirical
 NTK and a Monte Carlo NTK, each equal to the single-process one,
-with every block computed once across the processes.
+with every block computed once across the processes; then predictions by
+conjugate gradients from the store, each process reading only its row
+blocks, equal to a one-process float64 direct solve.
 """
 import ast
+import functools
 import importlib.util
 import os
 import signal
@@ -33,6 +36,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+@functools.cache
 def _recipe() -> object:
   spec = importlib.util.spec_from_file_location('multihost_kernel', _RECIPE)
   module = importlib.util.module_from_spec(spec)
@@ -82,7 +86,8 @@ class TwoProcessesTest(test_utils.NeuralTangentsTestCase):
   def test_two_processes_compute_each_block_once_and_agree(self):
     with tempfile.TemporaryDirectory() as directory:
       results = run_processes(
-          2, directory, f'--store={os.path.join(directory, "cnn")}')
+          2, directory, f'--store={os.path.join(directory, "cnn")}',
+          '--solve')
     # The single-process kernels, as one block each (one compilation).
     desired, _ = _recipe().kernels(_N, _N)
     names = ('cnn', 'empirical', 'monte_carlo')
@@ -100,6 +105,30 @@ class TwoProcessesTest(test_utils.NeuralTangentsTestCase):
         # the 2 x 2 blocks, the 2 diagonal ones and the one above them.
         self.assertEqual([c['computed'] for c in counts], [2, 1])
         self.assertEqual([c['total'] for c in counts], [4, 4])
+    self._check_predictions_from_store(results)
+
+  def _check_predictions_from_store(self, results):
+    # CG from the store across the 2 processes against a float64 direct
+    # solve in one process, and each process read only its row blocks.
+    recipe = _recipe()
+    images, test, y = recipe.regression_data(_N, _N - 2)
+    kernel_fn = recipe.cnn_kernel_fn()
+    k = np.asarray(kernel_fn(images, None, 'ntk'), np.float64)
+    k_test = np.asarray(kernel_fn(test, images, 'ntk'), np.float64)
+    reg = 1e-2 * np.mean(np.diag(k))
+    desired = k_test @ np.linalg.solve(k + reg * np.eye(_N), y)
+    for result in results:
+      np.testing.assert_allclose(result['predictions'], desired, rtol=1e-5,
+                                 atol=1e-5 * np.abs(desired).max())
+    np.testing.assert_array_equal(results[0]['predictions'],
+                                  results[1]['predictions'])
+    # 2 row blocks of 4 rows (train) and of 4 and 2 rows (test): block i is
+    # process i's; the train blocks are read once per CG product.
+    for index, result in enumerate(results):
+      reads = result['counts']['reads']
+      self.assertEqual(set(reads['train']), {index})
+      self.assertEqual(set(reads['test']), {index})
+      self.assertGreater(reads['train'][index], 1)
 
 
 if __name__ == '__main__':

@@ -287,7 +287,7 @@ class Store:
       self._damage(block, record, 'its record has no readable checksums')
       return False
     for chunk, expected in sorted(chunks.items()):
-      found = _file_checksum(os.path.join(self.path, chunk))
+      found = file_checksum(os.path.join(self.path, chunk))
       if found != expected:
         why = ('the chunk file is missing' if found is None else
                'the chunk file does not match its checksum')
@@ -338,12 +338,12 @@ class Store:
       key = self.arrays[name].metadata.encode_chunk_key(tuple(coords))
       path = os.path.join(self.path, name, key)
       _fsync_file(path)
-      checksums[os.path.relpath(path, self.path)] = _file_checksum(path)
+      checksums[os.path.relpath(path, self.path)] = file_checksum(path)
     _atomic_create(os.path.join(self.path, _COMPLETE, f'{task.i}_{task.j}'),
                    json.dumps({'chunks': checksums}))
 
 
-def _file_checksum(path: str) -> Optional[str]:
+def file_checksum(path: str) -> Optional[str]:
   """SHA-256 of the file at `path`, or None if there is none."""
   digest = hashlib.sha256()
   try:
@@ -353,6 +353,35 @@ def _file_checksum(path: str) -> Optional[str]:
   except FileNotFoundError:
     return None
   return digest.hexdigest()
+
+
+def store_root(array: Any) -> Optional[str]:
+  """The directory of the store holding zarr `array` (a leaf of the store,
+  as `nt.batch(..., store=...)` returns it), or None if `array` is not in a
+  local directory with a store's fingerprint."""
+  root = getattr(getattr(array, 'store', None), 'root', None)
+  if root is None:
+    return None
+  leaf = os.path.join(os.fspath(root), getattr(array, 'path', '') or '')
+  parent = os.path.dirname(os.path.normpath(leaf))
+  if not os.path.exists(os.path.join(parent, _FINGERPRINT)):
+    return None
+  return parent
+
+
+def recorded_chunks(root: str) -> dict[str, Optional[str]]:
+  """`{chunk file relative to root: SHA-256 or None}` over the records of
+  the finished blocks of the store at `root` (not verified: see
+  `file_checksum`)."""
+  out = {}
+  directory = os.path.join(root, _COMPLETE)
+  for name in (os.listdir(directory) if os.path.isdir(directory) else ()):
+    try:
+      with open(os.path.join(directory, name)) as f:
+        out.update(json.load(f)['chunks'])
+    except (OSError, ValueError, KeyError, TypeError):
+      continue  # An unreadable record finishes nothing.
+  return out
 
 
 def _leaf_directory(path: str) -> str:

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.predict import solve
+from neural_tangents._src.predict import stored
 from neural_tangents._src.predict.flow import finite_time_covariance
 from neural_tangents._src.predict.flow import flow_times
 from neural_tangents._src.predict.flow import infinite_time_covariance
@@ -58,7 +60,10 @@ def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
           f'it returned a {type(out).__name__} without it. Pass a '
           f'`kernel_fn(x1, x2, get)` that computes "{name}" (stax networks '
           'compute "nngp" and "ntk").')
-    kernels[name] = jnp.asarray(value)
+    # A stored kernel (`nt.batch(..., store=...)`) is read by row blocks.
+    value = stored.as_row_kernel(value, f'kernel_fn(x1, x2, "{name}")')
+    kernels[name] = (value if isinstance(value, solve.KernelRows) else
+                     jnp.asarray(value))
   return kernels
 
 
@@ -210,6 +215,7 @@ def gradient_descent_mse_ensemble(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
     **kernel_fn_train_train_kwargs,
 ) -> Callable[..., Any]:
   """Outputs of an ensemble of infinitely wide networks trained on MSE.
@@ -277,6 +283,8 @@ def gradient_descent_mse_ensemble(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
     **kernel_fn_train_train_kwargs: passed as they are to
       `kernel_fn(x_train, None)`; to `kernel_fn(x_test, None)` unless
       `predict_fn` overrides them; for `kernel_fn(x_test, x_train)`, pairs
@@ -331,7 +339,7 @@ def gradient_descent_mse_ensemble(
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   train = TrainKernels(
       y_train, layout, options, trace_axes=trace_axes,
       name='kernel_fn(x_train, None, "{}")',
@@ -372,7 +380,7 @@ def _predict(train: TrainKernels, learning_rate: float,
   else:
     test = _test_kernels(train, kernel_fn, x_train, x_test, needed, priors,
                          train_kwargs, test_kwargs)
-  dtype = jnp.result_type(*test.train.values())
+  dtype = jnp.result_type(*(k.dtype for k in test.train.values()), float)
   tau, t_shape = flow_times(t, learning_rate / train.y_train.size, dtype)
   out = {}
   for name in names:
@@ -412,6 +420,11 @@ def _checked_train_matrices(train: TrainKernels,
   for kernel, k in kernels.items():
     check_kernel(k, train.name(kernel), train.y_train, train.layout,
                  train.trace_axes, square=True)
+    if isinstance(k, solve.KernelRows):
+      if train.options.solver == 'cg':  # Stored: read by row blocks.
+        out[kernel] = k
+        continue
+      k = jnp.asarray(stored.whole(k))  # Other solvers factor it whole.
     check_finite(k, train.name(kernel))
     k = k.astype(jnp.result_type(k.dtype, float))
     out[kernel] = kernel_to_matrix(k, len(train.layout.untraced))
@@ -431,7 +444,7 @@ def _test_kernels(train: TrainKernels, kernel_fn: Callable[..., Any],
   k_train = train.matrices(needed, joint and (
       lambda kernels: _checked_train_matrices(
           train, {k: joint[0][k] for k in kernels})))
-  dtype = jnp.result_type(*k_train.values())
+  dtype = jnp.result_type(*(k.dtype for k in k_train.values()), float)
   n_pairs = len(train.layout.untraced)
   kernels = joint[1] if joint else _kernel_fn_matrices(
       kernel_fn, x_test, x_train, needed,
@@ -441,7 +454,8 @@ def _test_kernels(train: TrainKernels, kernel_fn: Callable[..., Any],
     check_kernel(k, f'kernel_fn(x_test, x_train, "{kernel}")', train.y_train,
                  train.layout, train.trace_axes, square=False)
     test_shape = shape_of_test_outputs(k, train.y_train, train.layout)
-    k_test_train[kernel] = kernel_to_matrix(k.astype(dtype), n_pairs)
+    k_test_train[kernel] = (k if isinstance(k, solve.KernelRows) else
+                            kernel_to_matrix(k.astype(dtype), n_pairs))
   k_test_test = {}
   if priors:
     kernels = {k: joint[2][k] for k in priors} if joint else (
@@ -474,12 +488,19 @@ def _infinite_time(train: TrainKernels, posterior: Posterior, test: _Test,
   """Test predictions at `t=None`, by one solve with the flow kernel."""
   factor, alpha = train.weights(posterior.flow)
   k_test = test.train[posterior.flow]
-  mean = matrix_to_outputs(k_test @ jnp.asarray(alpha, k_test.dtype),
-                           test.shape, train.layout)
+  if isinstance(k_test, solve.KernelRows):  # Stored: by row blocks.
+    product = jnp.asarray(solve.kernel_matmul(k_test, np.asarray(alpha)),
+                          jnp.result_type(k_test.dtype, float))
+  else:
+    product = k_test @ jnp.asarray(alpha, k_test.dtype)
+  mean = matrix_to_outputs(product, test.shape, train.layout)
   if not compute_cov:
     return mean
+  # The covariance needs the test-train kernels whole (stored ones are read).
   cov = infinite_time_covariance(
-      factor, k_test, test.train[posterior.prior], test.test[posterior.prior],
+      factor, jnp.asarray(stored.whole(k_test)),
+      jnp.asarray(stored.whole(test.train[posterior.prior])),
+      test.test[posterior.prior],
       None if posterior.prior == posterior.flow else
       train.matrix(posterior.prior))
   return Gaussian(mean, matrix_to_covariance(cov, test.row_shape))

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
+from neural_tangents._src.predict import stored
 from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import check_kernel
@@ -41,6 +42,7 @@ def gp_inference(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
 ) -> Callable[..., Any]:
   """Exact GP posterior, for the NNGP, the NTK-GP, or trained NTK networks.
 
@@ -96,6 +98,8 @@ def gp_inference(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
 
   Returns:
     `predict_fn(get=None, k_test_train=None, k_test_test=None)` returning, for
@@ -142,7 +146,7 @@ def gp_inference(
   y_train = jnp.asarray(y_train)
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   train = TrainKernels(
       y_train, layout, options, trace_axes=trace_axes, checked_finite=False,
       load=lambda kernels: {kernel: _matrix(train, k_train_train, kernel,
@@ -167,7 +171,10 @@ def gp_inference(
 def _matrix(train: TrainKernels, k: Any, kernel: str, arg: str,
             square: bool) -> Array:
   """The `kernel` field of a kernel-like `k` (else `k`), checked against
-  `y_train`, as a matrix; host and row-block train kernels as they are."""
+  `y_train`, as a matrix; host train kernels and row-block kernels (a store
+  of `nt.batch`: `stored.StoredKernel`) as they are."""
+  if stored.is_store_path(k):
+    k = stored.open_store_leaf(k, kernel, arg)
   if is_kernel_like(k):
     kernels, k = k, getattr(k, kernel, None)
     if k is None:
@@ -177,9 +184,13 @@ def _matrix(train: TrainKernels, k: Any, kernel: str, arg: str,
           '"ntkgp" need "ntk", and the "ntk" covariance also needs "nngp". '
           f'Pass a `{arg}` that contains "{kernel}", e.g. '
           "`kernel_fn(x1, x2, ('nngp', 'ntk'))`.")
+  if not square or train.options.solver == 'cg':
+    # Stored test kernels, and train ones for CG, are read by row blocks
+    # (other solvers read a stored train kernel whole).
+    k = stored.as_row_kernel(k, arg)
   n_pairs = len(train.layout.untraced)
-  if not (isinstance(k, (np.ndarray, solve.KernelRows)) and square and
-          n_pairs == 0):
+  if not ((isinstance(k, solve.KernelRows) or
+           (isinstance(k, np.ndarray) and square)) and n_pairs == 0):
     # Host and row-block train kernels stay where they are (no copy).
     k = jnp.asarray(k)
   check_kernel(k, arg, train.y_train, train.layout, train.trace_axes,
@@ -241,6 +252,8 @@ def _posterior(train: TrainKernels, name: str, k_train_train: Any,
   prior_train = (None if posterior.prior == posterior.flow else
                  train.matrix(posterior.prior))
   dtype = solve.compute_dtype(jnp.result_type(k_test.dtype, float))
+  # The covariance needs the test-train kernels whole (stored ones are read).
+  k_test, k_prior_test = (stored.whole(k) for k in (k_test, k_prior_test))
   cov = infinite_time_covariance(
       factor, jnp.asarray(k_test, dtype), jnp.asarray(k_prior_test, dtype),
       k_tt.astype(dtype), prior_train)
@@ -274,7 +287,10 @@ def _matmul(k: Any, v: Array) -> Array:
 
 
 def _kernel_of(k: Any, name: str, arg: str) -> Any:
-  """The `name` field of a kernel-like `k` (argument `arg`); else `k`."""
+  """The `name` field of a kernel-like `k` (argument `arg`), or of a store's
+  directory; else `k`."""
+  if stored.is_store_path(k):
+    return stored.open_store_leaf(k, name, arg)
   if is_kernel_like(k):
     value = getattr(k, name, None)
     if value is None:

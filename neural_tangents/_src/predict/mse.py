@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
+from neural_tangents._src.predict import stored
 from neural_tangents._src.predict.flow import flow_times
 from neural_tangents._src.predict.flow import integrated_relaxation
 from neural_tangents._src.predict.flow import relaxation
@@ -45,6 +46,7 @@ def gradient_descent_mse(
     tol: float = 1e-5,
     maxiter: Optional[int] = None,
     preconditioner_rank: int = 100,
+    progress: bool = False,
 ) -> Callable[..., Union[Array, tuple[Array, Array]]]:
   """Outputs of a linearized network trained by gradient descent on MSE.
 
@@ -88,6 +90,8 @@ def gradient_descent_mse(
     maxiter: 'cg': maximum number of iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a progress bar of the iterations and the
+      residual (needs `tqdm`).
 
   Returns:
     `predict_fn(t=None, fx_train_0=0., fx_test_0=None, k_test_train=None)`.
@@ -135,6 +139,8 @@ def gradient_descent_mse(
     return low_rank_gradient_descent_mse(
         k_train_train, y_train, learning_rate, diag_reg,
         diag_reg_absolute_scale, trace_axes)
+  if solver == 'cg':  # A stored kernel is read by row blocks (else whole).
+    k_train_train = stored.as_row_kernel(k_train_train, 'k_train_train')
   if isinstance(k_train_train, solve.KernelRows):
     # Row blocks, never held whole: only CG at infinite time can use them.
     if solver != 'cg':
@@ -150,7 +156,7 @@ def gradient_descent_mse(
     y_train, k_train_train, layout = checked_train_kernel(
         k_train_train, y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
-                          maxiter, preconditioner_rank)
+                          maxiter, preconditioner_rank, progress)
   out_dtype = jnp.result_type(k_train_train.dtype, y_train.dtype, float)
   # LAPACK has no half precision: solve in float32, return `out_dtype`.
   dtype = solve.compute_dtype(out_dtype)
@@ -236,6 +242,7 @@ def _predict(train: TrainKernels, flow: _Flow, t: Optional[ArrayOrScalar],
 
   k_test, fx_test_0, test_shape = _test_set(train, flow.dtype, k_test_train,
                                             fx_test_0)
+  k_test = jnp.asarray(stored.whole(k_test), flow.dtype)
   change = scaled_product(k_test @ eig.evecs, integrated_relaxation(eig, tau),
                           residual_eigen)
   change = change.reshape(t_shape + change.shape[1:])
@@ -251,12 +258,16 @@ def _test_set(train: TrainKernels, dtype: Any, k_test_train: Any,
               ) -> tuple[Array, Array, tuple[int, ...]]:
   """The checked test-train kernel as a matrix, `fx_test_0` broadcast to
   the test outputs' shape, and that shape."""
-  k_test_train = as_array_kernel(k_test_train, 'k_test_train')
+  k_test_train = stored.as_row_kernel(k_test_train, 'k_test_train')
+  if not isinstance(k_test_train, solve.KernelRows):
+    k_test_train = as_array_kernel(k_test_train, 'k_test_train')
   check_kernel(k_test_train, 'k_test_train', train.y_train, train.layout,
                train.trace_axes, square=False)
   test_shape = shape_of_test_outputs(k_test_train, train.y_train,
                                      train.layout)
   fx_test_0 = broadcast_initial_outputs(fx_test_0, test_shape, 'fx_test_0')
+  if isinstance(k_test_train, solve.KernelRows):  # Read by row blocks.
+    return k_test_train, fx_test_0, test_shape
   k_test = kernel_to_matrix(k_test_train.astype(dtype),
                             len(train.layout.untraced))
   return k_test, fx_test_0, test_shape

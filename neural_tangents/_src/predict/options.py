@@ -45,6 +45,8 @@ class SolveOptions:
     maxiter: 'cg': maximum iterations (`None`: 10 times the rows).
     preconditioner_rank: 'cg': rank of the pivoted Cholesky preconditioner
       (0: none).
+    progress: 'cg': whether to show a `tqdm` progress bar of the iterations
+      (with the residual), as `nt.batch(..., progress=True)` does for blocks.
   """
   solver: str = 'cholesky'
   diag_reg: Any = 0.
@@ -52,6 +54,7 @@ class SolveOptions:
   tol: float = 1e-5
   maxiter: Optional[int] = None
   preconditioner_rank: int = 100
+  progress: bool = False
 
   def replace(self, **changes: Any) -> 'SolveOptions':
     """A copy with `changes` (e.g. `solver='eigh'` for finite times)."""
@@ -66,7 +69,8 @@ class SolveOptions:
 def solve_options(solver: str = 'cholesky', diag_reg: Any = 0.,
                   diag_reg_absolute_scale: bool = False, tol: float = 1e-5,
                   maxiter: Optional[int] = None,
-                  preconditioner_rank: int = 100) -> SolveOptions:
+                  preconditioner_rank: int = 100,
+                  progress: bool = False) -> SolveOptions:
   """The checked `SolveOptions` of a `predict` call.
 
   Raises:
@@ -77,8 +81,12 @@ def solve_options(solver: str = 'cholesky', diag_reg: Any = 0.,
   """
   check_solver_args(solver, tol, maxiter, preconditioner_rank)
   check_diag_reg(diag_reg)
+  if not isinstance(progress, (bool, np.bool_)):
+    raise TypeError(f'`progress` must be True or False; got {progress!r}. '
+                    'Pass progress=True for a progress bar of the CG '
+                    'iterations.')
   return SolveOptions(solver, diag_reg, diag_reg_absolute_scale, tol, maxiter,
-                      preconditioner_rank)
+                      preconditioner_rank, bool(progress))
 
 
 def check_solver_args(solver: str, tol: float, maxiter: Optional[int],

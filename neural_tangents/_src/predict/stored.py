@@ -1,0 +1,249 @@
+"""Kernels in the on-disk store of `nt.batch(..., store=...)`, read by rows.
+
+`nt.batch(kernel_fn, batch_size, store_on_device=False, store=path)` returns
+zarr arrays chunked by its blocks. The predict functions with
+`solver='cg'` take them (or the store's directory) as the train-train and
+test-train kernels and never hold them whole: a `StoredKernel` reads blocks
+of rows (one chunk row at a time, the next one read by a thread while the
+current one is multiplied), so a solve needs memory for about two row blocks
+plus `O(n * targets)`.
+
+Before a kernel is used, its store's records (`complete/<i>_<j>`) must cover
+every chunk: a store missing a block (a batched call killed half way) is
+refused with the blocks and the fix (run the batched call again; it computes
+only the missing blocks). Each row block's chunk files are checked against
+the SHA-256 of their records when first read, so a damaged block is never
+used as the kernel.
+
+Under JAX's distributed runtime (`jax.process_count() > 1`, as for
+`nt.batch`) the row blocks are dealt to the processes (block `i` to process
+`i % count`): each reads only its blocks, and products are summed over the
+processes with `multihost_utils.process_allgather`, so that every process
+holds the same results.
+
+Example:
+  >>> import tempfile, os
+  >>> import numpy as np
+  >>> import neural_tangents as nt
+  >>> from neural_tangents import stax
+  >>> _, _, kernel_fn = stax.serial(stax.Dense(8), stax.Relu(), stax.Dense(1))
+  >>> x = np.random.RandomState(0).randn(6, 3).astype(np.float32)
+  >>> path = os.path.join(tempfile.mkdtemp(), 'k.zarr')
+  >>> k = nt.batch(kernel_fn, 3, store_on_device=False, store=path)(
+  ...     x, None, 'nngp')
+  >>> stored = StoredKernel(k)
+  >>> stored.shape, stored.block_rows
+  ((6, 6), 3)
+"""
+import concurrent.futures
+import os
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from neural_tangents._src.batching.processes import ProcessGroup
+from neural_tangents._src.batching.store import file_checksum
+from neural_tangents._src.batching.store import import_zarr
+from neural_tangents._src.batching.store import recorded_chunks
+from neural_tangents._src.batching.store import store_root
+from neural_tangents._src.predict.solve import KernelRows
+
+
+def is_zarr_array(k: Any) -> bool:
+  """Whether `k` is a zarr array (without importing zarr)."""
+  return type(k).__module__.startswith('zarr.') and hasattr(k, 'chunks')
+
+
+def is_store_path(k: Any) -> bool:
+  """Whether `k` is the path of a kernel store directory."""
+  return (isinstance(k, (str, os.PathLike)) and
+          os.path.isdir(os.path.join(os.fspath(k), 'complete')))
+
+
+def open_store_leaf(path: Any, field: Optional[str], name: str) -> Any:
+  """The zarr array of a store's leaf: the only one, or `field` ('nngp',
+  'ntk') of a store of several."""
+  zarr = import_zarr()
+  path = os.fspath(path)
+  leaves = sorted(d for d in os.listdir(path) if d.startswith('leaf') and
+                  os.path.isdir(os.path.join(path, d)))
+  if len(leaves) == 1:
+    return zarr.open_array(os.path.join(path, leaves[0]), mode='r')
+  wanted = f'leaf_{field}'
+  if field is not None and wanted in leaves:
+    return zarr.open_array(os.path.join(path, wanted), mode='r')
+  raise ValueError(
+      f'`{name}={path!r}` is a kernel store with leaves {leaves}; cannot tell '
+      f'which to use{"" if field is None else f" for {field!r}"}. Pass the '
+      'zarr array of the kernel (what the batched call returned, e.g. '
+      '`k.ntk`) instead of the directory.')
+
+
+def as_row_kernel(k: Any, name: str, field: Optional[str] = None) -> Any:
+  """`k` as a `StoredKernel` if it is a zarr array or a store's directory;
+  anything else as it is."""
+  if is_store_path(k):
+    k = open_store_leaf(k, field, name)
+  if is_zarr_array(k):
+    return StoredKernel(k, name)
+  return k
+
+
+class StoredKernel(KernelRows):
+  """A 2D kernel in a zarr array (an `nt.batch` store), read by row blocks.
+
+  Args:
+    array: the zarr array, `(n1, n2)`, as `nt.batch(...,
+      store_on_device=False, store=path)` returns it.
+    name: the argument it was passed as (for messages).
+    group: the processes sharing the row blocks (default: those of JAX's
+      runtime).
+
+  Attributes:
+    block_rows: rows per block (the store's chunk rows).
+    reads: `{row block index: times read}` by this process.
+
+  Raises:
+    ValueError: if `array` is not 2D, or its store does not record every
+      chunk as finished.
+  """
+
+  # Reading one row reads its whole row of chunks: the preconditioner reads
+  # its pivots' columns in one pass instead.
+  single_rows_are_cheap = False
+
+  def __init__(self, array: Any, name: str = 'k_train_train',
+               group: Optional[ProcessGroup] = None):
+    if len(array.shape) != 2:
+      raise ValueError(
+          f'`{name}` is a stored array of shape {tuple(array.shape)}; a '
+          'stored kernel must be 2D, `(n1, n2)`: store the kernel with '
+          "`get='nngp'` or `'ntk'` of a kernel without output axes.")
+    self.array = array
+    self.name = name
+    self.shape = tuple(int(s) for s in array.shape)
+    self.ndim = 2
+    self.dtype = np.dtype(array.dtype)
+    self.block_rows = int(array.chunks[0])
+    self.group = group if group is not None else ProcessGroup.current()
+    self.reads = {}
+    self._diagonal = None
+    self._chunk_files = self._check_complete()
+    self._verified = set()
+
+  # --- the store's records --------------------------------------------------
+
+  def _chunk_grid(self) -> tuple[int, int]:
+    return tuple(-(-s // c) for s, c in zip(self.shape, self.array.chunks))
+
+  def _check_complete(self) -> Optional[dict]:
+    """`{(i, j): (chunk file, checksum)}`, or None for an array outside a
+    store (nothing to check); raises if a chunk has no record."""
+    root = store_root(self.array)
+    if root is None:
+      return None
+    records = recorded_chunks(root)
+    leaf = os.path.relpath(
+        os.path.join(os.fspath(self.array.store.root), self.array.path or ''),
+        root)
+    files, missing = {}, []
+    rows, columns = self._chunk_grid()
+    for i in range(rows):
+      for j in range(columns):
+        key = os.path.join(
+            leaf, self.array.metadata.encode_chunk_key((i, j))).replace(
+                os.sep, '/')
+        if key in records:
+          files[(i, j)] = (os.path.join(root, key), records[key])
+        else:
+          missing.append((i, j))
+    if missing:
+      shown = ', '.join(map(str, missing[:8])) + (
+          f' and {len(missing) - 8} more' if len(missing) > 8 else '')
+      raise ValueError(
+          f'`{self.name}` (the store {root!r}) is incomplete: {len(missing)} '
+          f'of its {rows} x {columns} blocks were never finished: {shown}. '
+          'Run the batched function (`nt.batch(kernel_fn, batch_size, '
+          'store=...)`) on the same inputs again: it computes only the '
+          'missing blocks. Then predict from the store.')
+    return files
+
+  def _verify_row_block(self, i: int) -> None:
+    """Checks row block `i`'s chunk files against their records, once."""
+    if self._chunk_files is None or i in self._verified:
+      return
+    for j in range(self._chunk_grid()[1]):
+      path, expected = self._chunk_files[(i, j)]
+      found = file_checksum(path)
+      if expected is not None and found != expected:
+        why = ('the chunk file is missing' if found is None else
+               'the chunk file does not match its checksum')
+        raise ValueError(
+            f'Block {(i, j)} of `{self.name}` ({path}) is damaged: {why}. '
+            'Run the batched function on the same inputs again: it '
+            'recomputes damaged blocks. Then predict from the store.')
+    self._verified.add(i)
+
+  # --- reading --------------------------------------------------------------
+
+  def owns(self, block: int) -> bool:
+    """Whether row block `block` is this process's."""
+    return block % self.group.count == self.group.index
+
+  def rows(self, start: int, stop: int) -> np.ndarray:
+    first, last = start // self.block_rows, (stop - 1) // self.block_rows
+    for i in range(first, last + 1):
+      self._verify_row_block(i)
+      self.reads[i] = self.reads.get(i, 0) + 1
+    return np.asarray(self.array[start:stop])
+
+  def row_blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
+    """`(start, stop, rows)` of this process's row blocks, each read by a
+    thread while the one before is used."""
+    n = self.shape[0]
+    starts = [a for a in range(0, n, self.block_rows)
+              if self.owns(a // self.block_rows)]
+    if not starts:
+      return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+      read = lambda a: self.rows(a, min(n, a + self.block_rows))
+      pending = pool.submit(read, starts[0])
+      for index, start in enumerate(starts):
+        rows = pending.result()
+        if index + 1 < len(starts):
+          pending = pool.submit(read, starts[index + 1])
+        yield start, min(n, start + self.block_rows), rows
+
+  def combine(self, partial: np.ndarray) -> np.ndarray:
+    """The sum over processes of `partial` (each process's rows filled)."""
+    if not self.group.distributed:
+      return partial
+    return np.sum(self.group.gather(partial), axis=0)
+
+  def columns(self, indices: np.ndarray) -> np.ndarray:
+    """`K[:, indices]` (float64) in one pass over the row blocks (a
+    symmetric kernel's columns are its rows)."""
+    out = np.zeros((self.shape[0], len(indices)))
+    for start, stop, rows in self.row_blocks():
+      out[start:stop] = rows[:, indices]
+    return self.combine(out)
+
+  def diagonal(self) -> np.ndarray:
+    if self._diagonal is None:
+      n = self.shape[0]
+      d = np.zeros(n, np.float64)
+      for a in range(0, n, self.block_rows):
+        if self.owns(a // self.block_rows):
+          b = min(n, a + self.block_rows)
+          self._verify_row_block(a // self.block_rows)
+          d[a:b] = np.diagonal(np.asarray(self.array[a:b, a:b]))
+      self._diagonal = self.combine(d).astype(self.dtype)
+    return self._diagonal
+
+
+def whole(k: Any) -> Any:
+  """A row-block kernel read whole into memory (for what needs all of it at
+  once, e.g. a covariance); any other `k` as it is."""
+  if isinstance(k, KernelRows):
+    return k.rows(0, k.shape[0])
+  return k
