@@ -3,7 +3,8 @@
 Modules: `layout` (kernel and output layout, kernel checks), `posterior`
 (what `get` selects, `Gaussian`), `options` (`SolveOptions`, the solver
 keywords checked once), `solve` (Cholesky, eigh and conjugate gradient solves
-of the train kernel, `KernelRows`, `SolveInfo`), `stored` (`StoredKernel`:
+of the train kernel, `SolveInfo`), `kernel_rows` (`KernelRows`, kernels by
+blocks of rows, and host kernel products), `stored` (`StoredKernel`:
 kernels in an `nt.batch` store, read by row blocks), `train_kernels`
 (`TrainKernels`: the train kernels, targets and cached factorizations of one
 prediction function), `flow` (relaxation of the gradient flow and posterior
@@ -79,6 +80,6 @@ from neural_tangents._src.predict.mse import max_learning_rate
 from neural_tangents._src.predict.ode_descent import gradient_descent
 from neural_tangents._src.predict.ode_descent import ODEState
 from neural_tangents._src.predict.posterior import Gaussian
-from neural_tangents._src.predict.solve import KernelRows
+from neural_tangents._src.predict.kernel_rows import KernelRows
 from neural_tangents._src.predict.solve import SolveInfo
 from neural_tangents._src.predict.stored import StoredKernel

@@ -46,7 +46,7 @@ from neural_tangents._src.batching.store import file_checksum
 from neural_tangents._src.batching.store import import_zarr
 from neural_tangents._src.batching.store import recorded_chunks
 from neural_tangents._src.batching.store import store_root
-from neural_tangents._src.predict.solve import KernelRows
+from neural_tangents._src.predict.kernel_rows import KernelRows
 
 
 def is_zarr_array(k: Any) -> bool:
