@@ -29,7 +29,7 @@ for `a_k^2`).
 Example:
   >>> sigma = jnp.ones((2, 1))
   >>> a = hermite_coefficients(lambda x: x, sigma, 3, 20)
-  >>> np.round(np.asarray(a[0]), 6)
+  >>> np.round(np.asarray(a[0]), 6) + 0.  # `+ 0.` turns any -0. into 0.
   array([0., 1., 0., 0.], dtype=float32)
 """
 import functools
