@@ -78,17 +78,26 @@ def cnn_kernel_fn() -> Any:
       stax.Dense(16, W_std=1.5), stax.Relu(), stax.Dense(1))[2]
 
 
-def regression_data(n: int, n_test: int) -> tuple[Any, Any, Any]:
-  """`(train images, test images, targets)` of the store's regression."""
+def example_inputs(n: int) -> tuple[Any, Any]:
+  """`(x, images)`: the `n` vectors and images every process computes the
+  kernels of (the same on each), in float64 under x64, else float32."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
   rng = np.random.default_rng(0)
-  rng.standard_normal((n, 6))  # The inputs of `kernels`: the same images.
+  dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
+  x = rng.standard_normal((n, 6)).astype(dtype)
   images = rng.standard_normal((n, 4, 4, 2)).astype(dtype)
+  return x, images
+
+
+def regression_data(n: int, n_test: int) -> tuple[Any, Any, Any]:
+  """`(train images, test images, targets)` of the store's regression (the
+  train images are those of `example_inputs`)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  _, images = example_inputs(n)
   test = np.random.default_rng(1).standard_normal(
-      (n_test, 4, 4, 2)).astype(dtype)
-  y = np.random.default_rng(2).standard_normal((n, 3)).astype(dtype)
+      (n_test, 4, 4, 2)).astype(images.dtype)
+  y = np.random.default_rng(2).standard_normal((n, 3)).astype(images.dtype)
   return images, test, y
 
 
@@ -146,10 +155,7 @@ def kernels(n: int, batch_size: int, store: Optional[str] = None
   import neural_tangents as nt  # pylint: disable=g-import-not-at-top
   from neural_tangents import stax  # pylint: disable=g-import-not-at-top
 
-  rng = np.random.default_rng(0)
-  dtype = np.float64 if jax.config.jax_enable_x64 else np.float32
-  x = rng.standard_normal((n, 6)).astype(dtype)
-  images = rng.standard_normal((n, 4, 4, 2)).astype(dtype)
+  x, images = example_inputs(n)
 
   init_fn, apply_fn, _ = stax.serial(
       stax.Dense(32, W_std=1.5, b_std=0.1), stax.Relu(),
