@@ -18,9 +18,12 @@ linear teacher into 10 classes, as `benchmarks/cifar_scale.py`):
    from the page cache first with `posix_fadvise(DONTNEED)`), GB/s;
 5. `cg_store`: the same solve and prediction from the two stores
    (`StoredKernel`s, read by row blocks, evicted from the page cache
-   first), seconds per iteration against `cg_memory`'s.
+   first), seconds per iteration against `cg_memory`'s;
+6. `cg_store_cached`: the same with `StoredKernel(..., cache_bytes=...)`
+   holding the train kernel's row blocks in memory once read (`--cache_gb`,
+   default: the kernel's size): one pass over the disk, then memory speed.
 
-Stages 2-3 and 5 each run in a fresh process (their own peak memory; the
+Stages 2-3, 5 and 6 each run in a fresh process (their own peak memory; the
 first holds both kernels in memory). Prints one JSON line per stage.
 `--mode=store` runs only stage 5, computing the stores first if absent: the
 end-to-end run for kernels larger than memory (`--n=100000`: 37 GiB).
@@ -142,11 +145,12 @@ def _read_bandwidth(directory: str) -> dict:
               gb_per_s=round(total / 1e9 / seconds, 3))
 
 
-def _child(args, mode: str) -> dict:
+def _child(args, mode: str, **overrides) -> dict:
   """Runs `mode` in a fresh process (its own peak memory); its last line."""
-  flags = [f'--{name}={getattr(args, name)}' for name in (
+  values = {**vars(args), **overrides}
+  flags = [f'--{name}={values[name]}' for name in (
       'n', 'n_test', 'dim', 'batch_size', 'diag_reg', 'tol', 'maxiter',
-      'rank', 'directory')]
+      'rank', 'directory', 'cache_gb')]
   out = subprocess.run([sys.executable, __file__, f'--mode={mode}', *flags],
                        check=True, capture_output=True, text=True)
   lines = [l for l in out.stdout.splitlines() if l.startswith('{')]
@@ -165,7 +169,9 @@ def run_all(args) -> None:
   memory = _child(args, 'memory')
   bandwidth = _read_bandwidth(os.path.join(args.directory, 'train'))
   _report('read_bandwidth', **bandwidth)
-  store = _child(args, 'store')
+  store = _child(args, 'store', cache_gb=0.)
+  kernel_gb = args.n * args.n * 4 / 1e9
+  cached = _child(args, 'store', cache_gb=args.cache_gb or kernel_gb * 1.01)
   # An iteration from disk reads the whole kernel: its bound is the disk's.
   disk_bound = bandwidth['gb'] / bandwidth['gb_per_s']
   _report('summary', n=args.n, memory_vs_bare=memory['vs_bare'],
@@ -173,7 +179,9 @@ def run_all(args) -> None:
                                 memory['seconds_per_iteration'], 3),
           disk_bound_seconds_per_iteration=round(disk_bound, 3),
           store_vs_disk_bound=round(store['seconds_per_iteration'] /
-                                    disk_bound, 3))
+                                    disk_bound, 3),
+          store_cached_vs_memory=round(cached['seconds_per_iteration'] /
+                                       memory['seconds_per_iteration'], 3))
 
 
 def run_memory(args) -> None:
@@ -212,10 +220,12 @@ def run_store(args) -> None:
             seconds=round(time.perf_counter() - start, 3),
             peak_rss_gb=round(_peak_gb(), 3))
   _evict(args.directory)
-  k = nt.predict.StoredKernel(k_store)
+  cache_bytes = int(args.cache_gb * 1e9)
+  k = nt.predict.StoredKernel(k_store, cache_bytes=cache_bytes)
   k_test = nt.predict.StoredKernel(k_test_store, 'k_test_train')
   seconds, iterations, residual, accuracy = _solve(args, k, k_test)
-  _report('cg_store', n=args.n, seconds=round(seconds, 3),
+  _report('cg_store_cached' if cache_bytes else 'cg_store', n=args.n,
+          cache_gb=args.cache_gb, cached_blocks=len(k.cached_blocks), seconds=round(seconds, 3),
           iterations=iterations, residual=residual,
           seconds_per_iteration=round(seconds / max(iterations, 1), 4),
           test_accuracy=accuracy, peak_rss_gb=round(_peak_gb(), 3),
@@ -234,6 +244,10 @@ def main():
   parser.add_argument('--maxiter', type=int, default=2000)
   parser.add_argument('--rank', type=int, default=200)
   parser.add_argument('--directory', default='/tmp/predict_store')
+  parser.add_argument('--cache_gb', type=float, default=0.,
+                      help='row blocks of the train kernel kept in memory '
+                      "(`StoredKernel`'s cache_bytes) in --mode=store; with "
+                      "--mode=all, the cached run's (default: the kernel)")
   parser.add_argument('--mode', choices=('all', 'memory', 'store'),
                       default='all')
   parser.add_argument('--small', action='store_true')

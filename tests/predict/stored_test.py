@@ -96,6 +96,32 @@ class PredictFromStoreTest(test_utils.NeuralTangentsTestCase):
     # One read of each row block (the diagonal reads only diagonal chunks).
     self.assertEqual(stored.reads, {0: 1, 1: 1, 2: 1})
 
+  def test_cache_reads_each_cached_block_once_per_solve(self):
+    k, _ = self._store('train', self.x, None, 'ntk')
+    k_test, _ = self._store('test', self.x_test, self.x, 'ntk')
+    block_bytes = _BATCH * _N * k.dtype.itemsize
+    options = dict(diag_reg=1e-3, solver='cg', tol=1e-10)
+    # Room for two of the three row blocks: the third is read every pass.
+    cached = nt.predict.StoredKernel(k, cache_bytes=2 * block_bytes)
+    predict_fn = nt.predict.gp_inference(cached, self.y, **options)
+    got = predict_fn('ntk', k_test)
+    desired = _direct(k[...], k_test[...], self.y, 1e-3)
+    np.testing.assert_allclose(np.asarray(got, np.float64), desired,
+                               rtol=1e-6, atol=1e-6 * np.abs(desired).max())
+    self.assertEqual(cached.cached_blocks, [0, 1])
+    self.assertEqual((cached.reads[0], cached.reads[1]), (1, 1))
+    self.assertGreater(cached.reads[2], 2)  # Every pass over the kernel.
+    uncached = nt.predict.StoredKernel(k)
+    nt.predict.gp_inference(uncached, self.y, **options)('ntk', k_test)
+    self.assertEqual(uncached.cached_blocks, [])
+    self.assertEqual(uncached.reads[0], cached.reads[2])
+
+  @parameterized.parameters(-1, 1.5, True, '1GB')
+  def test_bad_cache_bytes_is_refused(self, cache_bytes):
+    k, _ = self._store('train', self.x, None, 'ntk')
+    with self.assertRaisesRegex(ValueError, 'cache_bytes=.*non-negative'):
+      nt.predict.StoredKernel(k, cache_bytes=cache_bytes)
+
   def test_incomplete_store_is_refused_naming_the_blocks(self):
     k, path = self._store('train', self.x, None, 'ntk')
     os.remove(os.path.join(path, 'complete', '0_2'))

@@ -6,7 +6,10 @@ zarr arrays chunked by its blocks. The predict functions with
 test-train kernels and never hold them whole: a `StoredKernel` reads blocks
 of rows (one chunk row at a time, the next one read by a thread while the
 current one is multiplied), so a solve needs memory for about two row blocks
-plus `O(n * targets)`.
+plus `O(n * targets)`. With `StoredKernel(k, cache_bytes=...)` it also keeps
+the row blocks it reads, up to that many bytes, in memory: a solve then reads
+the disk once for them and multiplies them at memory speed in every later
+iteration (a kernel that fits in the budget costs one pass over the disk).
 
 Before a kernel is used, its store's records (`complete/<i>_<j>`) must cover
 every chunk: a store missing a block (a batched call killed half way) is
@@ -98,10 +101,15 @@ class StoredKernel(KernelRows):
     name: the argument it was passed as (for messages).
     group: the processes sharing the row blocks (default: those of JAX's
       runtime).
+    cache_bytes: bytes of row blocks kept in memory once read (the first
+      blocks read, whole blocks only; default 0: every pass reads the disk).
+      Each process caches its own blocks, up to this budget.
 
   Attributes:
     block_rows: rows per block (the store's chunk rows).
-    reads: `{row block index: times read}` by this process.
+    reads: `{row block index: times read from the store}` by this process
+      (a block served from the cache is not read again).
+    cached_blocks: the indices of the row blocks held in memory.
 
   Raises:
     ValueError: if `array` is not 2D, or its store does not record every
@@ -113,7 +121,8 @@ class StoredKernel(KernelRows):
   single_rows_are_cheap = False
 
   def __init__(self, array: Any, name: str = 'k_train_train',
-               group: Optional[ProcessGroup] = None):
+               group: Optional[ProcessGroup] = None, *,
+               cache_bytes: int = 0):
     if len(array.shape) != 2:
       raise ValueError(
           f'`{name}` is a stored array of shape {tuple(array.shape)}; a '
@@ -128,6 +137,14 @@ class StoredKernel(KernelRows):
     self.group = group if group is not None else ProcessGroup.current()
     self.reads = {}
     self._diagonal = None
+    if (isinstance(cache_bytes, bool) or
+        not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0):
+      raise ValueError(
+          f'`cache_bytes={cache_bytes!r}` must be a non-negative integer: '
+          'the bytes of row blocks to keep in memory (0 to read every pass '
+          'from the store, e.g. `4 * 2**30` for 4 GiB).')
+    self.cache_bytes = int(cache_bytes)
+    self._cache = {}
     self._chunk_files = self._check_complete()
     self._verified = set()
 
@@ -197,16 +214,32 @@ class StoredKernel(KernelRows):
       self.reads[i] = self.reads.get(i, 0) + 1
     return np.asarray(self.array[start:stop])
 
+  @property
+  def cached_blocks(self) -> list[int]:
+    return sorted(self._cache)
+
+  def _row_block(self, i: int) -> np.ndarray:
+    """Row block `i`, from the cache or read (and cached if it fits)."""
+    if i in self._cache:
+      return self._cache[i]
+    start = i * self.block_rows
+    rows = self.rows(start, min(self.shape[0], start + self.block_rows))
+    held = sum(block.nbytes for block in self._cache.values())
+    if held + rows.nbytes <= self.cache_bytes:
+      rows.flags.writeable = False
+      self._cache[i] = rows
+    return rows
+
   def row_blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
     """`(start, stop, rows)` of this process's row blocks, each read by a
-    thread while the one before is used."""
+    thread while the one before is used (or taken from the cache)."""
     n = self.shape[0]
     starts = [a for a in range(0, n, self.block_rows)
               if self.owns(a // self.block_rows)]
     if not starts:
       return
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-      read = lambda a: self.rows(a, min(n, a + self.block_rows))
+      read = lambda a: self._row_block(a // self.block_rows)
       pending = pool.submit(read, starts[0])
       for index, start in enumerate(starts):
         rows = pending.result()
