@@ -140,6 +140,14 @@ class PredictFromStoreTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError,
                                 r'Block \(1, 0\) .* is damaged.*again'):
       stored.rows(_BATCH, 2 * _BATCH)
+    # Passes over the row blocks decode the bytes they checked (one read).
+    stored = nt.predict.StoredKernel(k)
+    blocks = stored.row_blocks()
+    start, _, rows = next(blocks)
+    np.testing.assert_array_equal(rows, k[start:start + _BATCH])
+    with self.assertRaisesRegex(ValueError,
+                                r'Block \(1, 0\) .* is damaged.*again'):
+      next(blocks)
 
   def test_store_of_other_points_is_refused(self):
     k, _ = self._store('train', self.x[:30], None, 'ntk')

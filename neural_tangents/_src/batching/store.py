@@ -343,6 +343,11 @@ class Store:
                    json.dumps({'chunks': checksums}))
 
 
+def bytes_checksum(data: bytes) -> str:
+  """SHA-256 of `data`: `file_checksum` of a file holding exactly `data`."""
+  return hashlib.sha256(data).hexdigest()
+
+
 def file_checksum(path: str) -> Optional[str]:
   """SHA-256 of the file at `path`, or None if there is none."""
   digest = hashlib.sha256()
