@@ -45,6 +45,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from neural_tangents._src.batching import direct_reads
 from neural_tangents._src.batching.processes import ProcessGroup
 from neural_tangents._src.batching.store import bytes_checksum
 from neural_tangents._src.batching.store import file_checksum
@@ -150,6 +151,7 @@ class StoredKernel(KernelRows):
     self._chunk_files = self._check_complete()
     self._verified = set()
     self._raw = self._raw_chunks()
+    self._reader = None  # A `direct_reads.FileReader`, made on first use.
 
   # --- the store's records --------------------------------------------------
 
@@ -261,35 +263,38 @@ class StoredKernel(KernelRows):
                      drop_pages: bool = False) -> Optional[np.ndarray]:
     """Row block `i` from its chunk files' bytes, each checked against its
     record on the first read; None if a file is not a whole raw chunk.
-    `drop_pages` asks the OS to drop the files from its page cache."""
+
+    The files are read by two threads into reused buffers, past the page
+    cache where the OS allows it (`direct_reads`), and each is copied into
+    its columns of the block from the bytes its checksum was computed on.
+    `drop_pages` asks the OS to drop files read through the page cache
+    (the block is kept here).
+    """
     chunk_rows, chunk_columns = self.array.chunks
+    chunk_bytes = chunk_rows * chunk_columns * self.dtype.itemsize
     verify = i not in self._verified
-
-    def read(j):  # The chunk's bytes and their checksum (threads: no GIL).
-      path, _ = self._chunk_files[(i, j)]
-      try:
-        with open(path, 'rb') as f:
-          data = f.read()
-          if drop_pages and hasattr(os, 'posix_fadvise'):
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-      except FileNotFoundError:
-        return None, None
-      return data, bytes_checksum(data) if verify else None
-
+    if self._reader is None:
+      self._reader = direct_reads.FileReader(chunk_bytes, buffers=2)
     out = np.empty((stop - start, self.shape[1]), self.dtype)
-    columns = range(self._chunk_grid()[1])
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-      for j, (data, found) in zip(columns, pool.map(read, columns)):
-        path, expected = self._chunk_files[(i, j)]
+
+    def read(j):  # Threads: reads, hashing and copies release the GIL.
+      path, expected = self._chunk_files[(i, j)]
+      with self._reader.read(path, drop_pages) as data:
         if verify:
-          self._refuse_if_damaged((i, j), path, expected, found)
-        if data is None or len(data) != (
-            chunk_rows * chunk_columns * self.dtype.itemsize):
-          return None  # e.g. a chunk never written (its fill value): zarr's.
+          self._refuse_if_damaged(
+              (i, j), path, expected,
+              None if data is None else bytes_checksum(data))
+        if data is None or len(data) != chunk_bytes:
+          return False  # e.g. a chunk never written (its fill value): zarr's.
         a = j * chunk_columns
         b = min(self.shape[1], a + chunk_columns)
         out[:, a:b] = np.frombuffer(data, self.dtype).reshape(
             chunk_rows, chunk_columns)[:stop - start, :b - a]
+      return True
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+      if not all(pool.map(read, range(self._chunk_grid()[1]))):
+        return None
     self._verified.add(i)
     self.reads[i] = self.reads.get(i, 0) + 1
     return out
