@@ -1,5 +1,6 @@
 """Tests of `empirical.auto`: AUTO weighs per-example and whole-batch
-formulations when they agree.
+formulations when they agree, and skips lowering only candidates that could
+not have won.
 """
 import functools
 
@@ -9,11 +10,15 @@ import jax.numpy as jnp
 
 import neural_tangents as nt
 from neural_tangents._src.empirical import auto
+from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import problem as problem_lib
 from tests import test_utils
 from tests.empirical.reference import batch_position_iota
 from tests.empirical.reference import batch_position_scaled
 from tests.empirical.reference import batch_size_scaled
+from tests.empirical.reference import cnn
+from tests.empirical.reference import cnn_inputs
+from tests.empirical.reference import cnn_params
 from tests.empirical.reference import explicit_ntk
 from tests.empirical.reference import mlp
 from tests.empirical.reference import mlp_params
@@ -81,6 +86,56 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
       self.assertAllClose(ntk_fn(x1, second, params),
                           explicit_ntk(f, params, x1, second, ()),
                           rtol=TOL, atol=TOL)
+
+
+class BranchAndBoundTest(test_utils.NeuralTangentsTestCase):
+  """Lowering fewer candidates changes neither the choice nor the kernel."""
+
+  @test_utils.sample_product(
+      net=['mlp', 'cnn'], vmap_axes=[None, 0],
+      axes={'traced': ((-1,), ()), 'untraced': ((), ()),
+            'batch_diagonal': ((-1,), (0,))})
+  def test_bounds_hold_and_choice_equals_exhaustive(self, net, vmap_axes,
+                                                    axes):
+    trace_axes, diagonal_axes = axes
+    if net == 'mlp':
+      f, params = mlp, mlp_params()
+      x1, x2 = normal(1, (4, 3)), normal(2, (4, 3))
+    else:
+      f, params = cnn, cnn_params()
+      x1, x2 = cnn_inputs()
+      x2 = x2[:1].repeat(3, 0) + x1  # Equal batch sizes (diagonal axes).
+    setup = functools.partial(problem_lib.setup, f, x1, x2, params, {},
+                              trace_axes, diagonal_axes)
+    problem, leaves, data1, data2 = setup(vmap_axes)
+    other = functools.partial(auto.other_formulation, setup, vmap_axes,
+                              leaves, data1, data2)
+    formulations = [problem]
+    own = auto.candidates(problem, leaves, data1, data2)
+    alternative = other(verify=True, separable=auto.SEPARABLE in own)
+    if alternative is not None:
+      formulations.append(alternative)
+    for formulation in formulations:
+      for name, fn in auto.candidates(formulation, leaves, data1,
+                                      data2).items():
+        cost = auto.estimated_cost(fn, formulation, leaves, data1, data2)
+        weighted = cost / implementations.CANDIDATE_SPEEDUPS[name]
+        bound = auto.cost_lower_bound(name, formulation, leaves)
+        self.assertLessEqual(bound, weighted, msg=name)
+        if name in (auto.JACOBIAN, auto.VECTOR_PRODUCTS) and not (
+            name == auto.VECTOR_PRODUCTS and diagonal_axes):
+          self.assertGreater(bound, 0., msg=name)  # A bound with teeth.
+    pruned, exhaustive = {}, {}
+    auto.choose(problem, other, leaves, data1, data2, (), pruned)
+    auto.choose(problem, other, leaves, data1, data2, (), exhaustive,
+                exhaustive=True)
+    (chosen,), (best,) = pruned.values(), exhaustive.values()
+    self.assertEqual(chosen[1], best[1])  # The candidate's name.
+    ntk_fn = nt.empirical_ntk_fn(f, trace_axes, diagonal_axes, vmap_axes,
+                                 nt.NtkImplementation.AUTO)
+    self.assertAllClose(ntk_fn(x1, x2, params),
+                        explicit_ntk(f, params, x1, x2, trace_axes,
+                                     diagonal_axes), rtol=TOL, atol=TOL)
 
 
 if __name__ == '__main__':

@@ -7,6 +7,17 @@ cost `FLOPs + FLOPS_PER_BYTE * bytes`, divided by the measured speedup in
 each implementation's record (`implementations.REGISTRY`), picks the
 winner, cached per shapes and static keyword arguments.
 
+Lowering a candidate costs about as much as compiling the winner, so AUTO
+lowers as few as it can without changing its choice (a branch and bound):
+structured derivatives first (usually the cheapest), then a candidate only
+if a lower bound on its cost, from shapes alone (`cost_lower_bound`), is
+below the best cost found. And where the per-example formulation's
+structured derivatives can be planned, the whole-batch formulation's
+candidates are not lowered: each does the same or more work (see
+`choose`). On the README's FCN this cut AUTO's first call from 2.9x to
+within 1.5x of the fastest single implementation's (RESULTS.md, First
+calls).
+
 The formulation can switch too (`other_formulation`): with `vmap_axes=0`
 the whole-batch formulation gives the same kernel, and without `vmap_axes`
 the per-example one does once the jaxpr proves that examples do not
@@ -100,6 +111,63 @@ def _weighted_cost(name: str, cost: float) -> float:
   return cost / implementations.CANDIDATE_SPEEDUPS[name]
 
 
+JACOBIAN = implementations.implementation(
+    implementations.NtkImplementation.JACOBIAN_CONTRACTION).candidate_name()
+VECTOR_PRODUCTS = implementations.implementation(
+    implementations.NtkImplementation.NTK_VECTOR_PRODUCTS).candidate_name()
+
+
+def _batch_paired(problem: problem_lib.Problem) -> bool:
+  """Whether every kernel pairs each x1 example with each x2 example."""
+  if problem.per_example:
+    return all(kinds[axis] == layout_lib.PAIR
+               for kinds, axis in problem.placements)
+  return all(layout.kinds[0] == layout_lib.PAIR for layout in problem.layouts)
+
+
+def cost_lower_bound(name: str, problem: problem_lib.Problem,
+                     params: list) -> float:
+  """A lower bound on candidate `name`'s weighted cost, from shapes alone.
+
+  With `P` parameters, `R` kernel entries and `N1 x N2` example pairs:
+
+  * Jacobian contraction sums, for each kernel entry, products over every
+    parameter (and over traced axes): at least `2 P R` FLOPs.
+  * NTK-vector products apply `J(x1)` to at least one tangent per x2
+    example, and a JVP multiplies each parameter's tangent into the
+    activations of each x1 example at least once (`x dW` in a dense or
+    convolutional layer costs 2 FLOPs per weight, a bias's add 1): at least
+    `P N1 N2` FLOPs where examples are paired. (A parameter that `f` never
+    uses breaks this bound; AUTO would then merely skip lowering a
+    candidate that might have been cheaper.)
+
+  Other candidates get 0 (no bound: always lowered).
+
+  Args:
+    name: the candidate's name.
+    problem: its problem.
+    params: the differentiable parameter leaves.
+
+  Returns:
+    The bound, weighted like `_weighted_cost`.
+  """
+  n_params = float(sum(np.size(p) for p in params))
+  if name == JACOBIAN:
+    entries = float(sum(math.prod(shape) for shape in problem.result_shapes))
+    bound = 2. * n_params * entries
+  elif name == VECTOR_PRODUCTS and _batch_paired(problem):
+    bound = n_params * problem.sides[0].n * problem.sides[1].n
+  else:
+    return 0.
+  return _weighted_cost(name, bound)
+
+
+def _structured_first(found: dict[str, Callable]) -> list[tuple[str, Callable]]:
+  """The candidates, structured derivatives (no lower bound) first."""
+  return sorted(found.items(),
+                key=lambda item: item[0] in (JACOBIAN, VECTOR_PRODUCTS))
+
+
 def _fallback(problem: problem_lib.Problem, params: list, data1: list,
               data2: list) -> list:
   # AUTO only considered structured derivatives: no fallback warning.
@@ -109,7 +177,8 @@ def _fallback(problem: problem_lib.Problem, params: list, data1: list,
 
 def choose(problem: problem_lib.Problem,
            other: Callable[..., Optional[problem_lib.Problem]], params: list,
-           data1: list, data2: list, static_key: tuple, choices: dict
+           data1: list, data2: list, static_key: tuple, choices: dict,
+           exhaustive: bool = False
            ) -> tuple[problem_lib.Problem, Callable]:
   """The cheapest implementation at these shapes (cached per shapes).
 
@@ -120,6 +189,17 @@ def choose(problem: problem_lib.Problem,
   `vmap_axes=None` choose among the same implementations whenever they are
   known to agree.
 
+  Candidates whose `cost_lower_bound` is no lower than the best cost found
+  are not lowered. Once the per-example formulation's structured
+  derivatives (`EXAMPLE`) are costed, the whole-batch formulation is
+  skipped: its Jacobians and vector products are those of the whole batch
+  (every per-example one and more: measured 1.2-7x the FLOPs on the FCN and
+  CNN of `benchmarks/first_call.py`), its `WHOLE` structured derivatives
+  take a reverse pass per output of the batch instead of per example's, and
+  its `SEPARABLE` ones do `EXAMPLE`'s contractions (estimates within 1%
+  there), whose near-ties go to `EXAMPLE` anyway
+  (`implementations.EXAMPLE_SPEEDUP`).
+
   Args:
     problem: the problem as the user posed it.
     other: `other_formulation` of this call, partially applied.
@@ -128,6 +208,8 @@ def choose(problem: problem_lib.Problem,
     data2: x2's data leaves.
     static_key: `problem_lib.static_kwargs_key` of the keyword arguments.
     choices: the cache, one per kernel function.
+    exhaustive: lower every candidate (for tests: the choice must not
+      change).
 
   Returns:
     `(problem, fn)`: the formulation and implementation to use.
@@ -135,17 +217,25 @@ def choose(problem: problem_lib.Problem,
   key = (tree_util.tree_structure((params, data1, data2)),
          tuple((np.shape(x), str(jnp.result_type(x)))
                for x in tree_util.tree_leaves((params, data1, data2))),
-         problem.symmetric, problem.layouts, problem.per_example, static_key)
+         problem.symmetric, problem.layouts, problem.per_example, static_key,
+         exhaustive)
   if key not in choices:
     own = candidates(problem, params, data1, data2)
-    alternative = other(verify=True, separable=SEPARABLE in own)
-    options = [(problem, own)]
-    if alternative is not None:
-      options.append((alternative,
-                      candidates(alternative, params, data1, data2)))
+    options = [(0, problem, own)]
+    if exhaustive or not (problem.per_example and EXAMPLE in own):
+      alternative = other(verify=True, separable=SEPARABLE in own)
+      if alternative is not None:
+        options.append((1, alternative, None))  # Planned when reached.
+    # The per-example formulation first: it makes the other one redundant.
+    options.sort(key=lambda option: not option[1].per_example)
     best, best_cost = (0, 'fallback', _fallback), math.inf
-    for index, (option_problem, option_candidates) in enumerate(options):
-      for name, fn in option_candidates.items():
+    for index, option_problem, option_candidates in options:
+      if option_candidates is None:
+        option_candidates = candidates(option_problem, params, data1, data2)
+      for name, fn in _structured_first(option_candidates):
+        if not exhaustive and cost_lower_bound(
+            name, option_problem, params) >= best_cost:
+          continue
         try:
           cost = estimated_cost(fn, option_problem, params, data1, data2)
         except Exception:  # pylint: disable=broad-except
@@ -153,6 +243,9 @@ def choose(problem: problem_lib.Problem,
         cost = _weighted_cost(name, cost)
         if cost < best_cost:
           best, best_cost = (index, name, fn), cost
+      if (not exhaustive and option_problem.per_example and
+          EXAMPLE in option_candidates and best_cost < math.inf):
+        break
     choices[key] = best
   index, _, fn = choices[key]
   # Whether the other formulation agrees was verified for these shapes.

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from neural_tangents._src.empirical import einsum
 from neural_tangents._src.empirical.structured import program
 from neural_tangents._src.empirical.structured import rules
+from neural_tangents._src.empirical.structured.rules import products
 from tests import test_utils
 
 
@@ -139,6 +140,41 @@ class RulesTest(test_utils.NeuralTangentsTestCase):
           self.assertIsNotNone(r.linear_in)
         if r.call is not None:
           self.assertIn(r.call, (rules.INLINED, rules.CUSTOM))
+
+
+class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
+  """`conv_windows` contracted with a filter is XLA's convolution."""
+
+  @test_utils.sample_product(
+      layout={'nhwc': ('NHWC', 'HWIO', 'NHWC'),
+              'nchw': ('NCHW', 'OIHW', 'NCHW')},
+      strides=[(1, 1), (2, 1)], padding=[((1, 1), (0, 2)), ((0, 0), (1, 0))],
+      lhs_dilation=[(1, 1), (1, 2)], rhs_dilation=[(1, 1), (2, 1)])
+  def test_windows_contracted_with_a_filter_are_the_convolution(
+      self, layout, strides, padding, lhs_dilation, rhs_dilation):
+    lhs_spec, rhs_spec, _ = layout
+    shape = {'N': 2, 'H': 7, 'W': 6, 'C': 3}
+    x = jax.random.normal(jax.random.PRNGKey(0),
+                          [shape[c] for c in lhs_spec], jnp.float32)
+    filter_shape = (3, 2)
+    w_shape = {'H': 3, 'W': 2, 'I': 3, 'O': 4}
+    w = jax.random.normal(jax.random.PRNGKey(1),
+                          [w_shape[c] for c in rhs_spec], jnp.float32)
+    numbers = lax.conv_dimension_numbers(x.shape, w.shape, layout)
+    out = lax.conv_general_dilated(
+        x, w, strides, padding, lhs_dilation, rhs_dilation, numbers,
+        precision=lax.Precision.HIGHEST)
+    out_spatial = [out.shape[d] for d in numbers.out_spec[2:]]
+    windows = products.conv_windows(
+        x, filter_shape, out_spatial, strides, padding, lhs_dilation,
+        rhs_dilation, numbers.lhs_spec[2:])
+    # windows: x's axes (spatial ones at output positions), then (kh, kw).
+    x_letters = lhs_spec.lower().replace('c', 'i')
+    w_letters = rhs_spec.lower().replace('h', 'k').replace('w', 'l')
+    expected = jnp.einsum(f'{x_letters}kl,{w_letters}->nohw'.replace(
+        'nohw', ''.join('o' if c == 'C' else c.lower() for c in layout[2])),
+                          windows, w, precision=lax.Precision.HIGHEST)
+    self.assertAllClose(expected, out, rtol=1e-5, atol=1e-5)
 
 
 if __name__ == '__main__':
