@@ -497,7 +497,7 @@ class EnsembleTest(test_utils.NeuralTangentsTestCase):
                                for gain in gains]))
       return jnp.stack(pair)
 
-    batch = jax.jit(jax.vmap(trained_pair))
+    batch = test_utils.optimized_jit(jax.vmap(trained_pair))
     keys = jax.random.split(jax.random.PRNGKey(13), n_pairs)
     samples = jnp.concatenate([batch(chunk) for chunk in jnp.split(keys, 4)])
     return samples.reshape((2 * n_pairs,) + samples.shape[2:])
