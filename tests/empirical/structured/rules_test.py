@@ -147,7 +147,8 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
 
   @test_utils.sample_product(
       layout={'nhwc': ('NHWC', 'HWIO', 'NHWC'),
-              'nchw': ('NCHW', 'OIHW', 'NCHW')},
+              'nchw': ('NCHW', 'OIHW', 'NCHW'),
+              'nwhc': ('NWHC', 'HWIO', 'NHWC')},  # Spatial axes reversed.
       strides=[(1, 1), (2, 1)], padding=[((1, 1), (0, 2)), ((0, 0), (1, 0))],
       lhs_dilation=[(1, 1), (1, 2)], rhs_dilation=[(1, 1), (2, 1)])
   def test_windows_contracted_with_a_filter_are_the_convolution(
