@@ -14,9 +14,9 @@ if a lower bound on its cost, from shapes alone (`cost_lower_bound`), is
 below the best cost found. And where the per-example formulation's
 structured derivatives can be planned, the whole-batch formulation's
 candidates are not lowered: each does the same or more work (see
-`choose`). On the README's FCN this cut AUTO's first call from 2.9x to
-within 1.5x of the fastest single implementation's (RESULTS.md, First
-calls).
+`choose`). On the README's FCN this cut AUTO's first call from 3.9x to
+1.45x the fastest single implementation's, measured in one sitting
+(RESULTS.md, First calls).
 
 The formulation can switch too (`other_formulation`): with `vmap_axes=0`
 the whole-batch formulation gives the same kernel, and without `vmap_axes`
