@@ -149,6 +149,31 @@ class PredictFromStoreTest(test_utils.NeuralTangentsTestCase):
                                 r'Block \(1, 0\) .* is damaged.*again'):
       next(blocks)
 
+  @parameterized.named_parameters(
+      ('truncated', 'truncated', 'the chunk file does not match its checksum'),
+      ('oversized', 'oversized', 'the chunk file does not match its checksum'),
+      ('deleted', 'deleted', 'the chunk file is missing'))
+  def test_chunk_file_of_another_size_is_refused_by_row_passes(self, damage,
+                                                                why):
+    # Not a whole raw chunk: the pass hands the block to the zarr path,
+    # which checks the whole file against its record.
+    k, path = self._store('train', self.x, None, 'ntk')
+    chunk = os.path.join(path, 'leaf', 'c', '1', '0')
+    if damage == 'deleted':
+      os.remove(chunk)
+    else:
+      with open(chunk, 'r+b') as f:
+        data = f.read()
+        f.seek(0)
+        f.truncate()
+        f.write(data[:len(data) // 2] if damage == 'truncated' else
+                data + data)
+    blocks = nt.predict.StoredKernel(k).row_blocks()
+    next(blocks)
+    with self.assertRaisesRegex(
+        ValueError, rf'Block \(1, 0\) .* is damaged: {why}.*again'):
+      next(blocks)
+
   def test_store_of_other_points_is_refused(self):
     k, _ = self._store('train', self.x[:30], None, 'ntk')
     with self.assertRaisesRegex(ValueError, 'y_train` has 40 rows'):

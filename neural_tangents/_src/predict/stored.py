@@ -280,12 +280,14 @@ class StoredKernel(KernelRows):
     def read(j):  # Threads: reads, hashing and copies release the GIL.
       path, expected = self._chunk_files[(i, j)]
       with self._reader.read(path, drop_pages) as data:
-        if verify:
-          self._refuse_if_damaged(
-              (i, j), path, expected,
-              None if data is None else bytes_checksum(data))
         if data is None or len(data) != chunk_bytes:
-          return False  # e.g. a chunk never written (its fill value): zarr's.
+          # Missing, truncated or oversized (the reader does not read a file
+          # larger than a chunk): `rows` checks the whole file against its
+          # record, naming what is wrong, or reads what zarr can decode.
+          return False
+        if verify:
+          self._refuse_if_damaged((i, j), path, expected,
+                                  bytes_checksum(data))
         a = j * chunk_columns
         b = min(self.shape[1], a + chunk_columns)
         out[:, a:b] = np.frombuffer(data, self.dtype).reshape(
