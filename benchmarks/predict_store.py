@@ -25,8 +25,9 @@ linear teacher into 10 classes, as `benchmarks/cifar_scale.py`):
 
 Stages 2-3, 5 and 6 each run in a fresh process (their own peak memory; the
 first holds both kernels in memory). Prints one JSON line per stage.
-`--mode=store` runs only stage 5, computing the stores first if absent: the
-end-to-end run for kernels larger than memory (`--n=100000`: 37 GiB).
+`--mode=store` runs only stage 5 (stage 6 with `--cache_gb`), computing the
+stores first if absent: the end-to-end run for kernels larger than memory
+(`--n=100000`: 37 GiB).
 
 Usage (from the project root):
 
@@ -225,7 +226,8 @@ def run_store(args) -> None:
   k_test = nt.predict.StoredKernel(k_test_store, 'k_test_train')
   seconds, iterations, residual, accuracy = _solve(args, k, k_test)
   _report('cg_store_cached' if cache_bytes else 'cg_store', n=args.n,
-          cache_gb=args.cache_gb, cached_blocks=len(k.cached_blocks), seconds=round(seconds, 3),
+          cache_gb=args.cache_gb, cached_blocks=len(k.cached_blocks),
+          seconds=round(seconds, 3),
           iterations=iterations, residual=residual,
           seconds_per_iteration=round(seconds / max(iterations, 1), 4),
           test_accuracy=accuracy, peak_rss_gb=round(_peak_gb(), 3),
