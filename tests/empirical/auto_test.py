@@ -2,10 +2,13 @@
 formulations when they agree, and skips lowering only candidates that could
 not have won.
 """
+import collections
 import functools
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 
 import neural_tangents as nt
@@ -88,6 +91,48 @@ class AutoTest(test_utils.NeuralTangentsTestCase):
                           rtol=TOL, atol=TOL)
 
 
+class ParameterProductFlopsTest(test_utils.NeuralTangentsTestCase):
+  """The FLOPs behind the bounds: products with a parameter factor only."""
+
+  def _flops(self, f, params, vmap_axes, side=0):
+    x1, x2 = normal(1, (4, 3)), normal(2, (3, 3))
+    problem, leaves, data1, data2 = problem_lib.setup(
+        f, x1, x2, params, {}, (-1,), (), vmap_axes)
+    return auto.parameter_product_flops(problem, side, leaves,
+                                        (data1, data2)[side])
+
+  @parameterized.parameters(None, 0)
+  def test_mlp_counts_every_weight_product(self, vmap_axes):
+    # Widths 3 -> 5 -> 4 -> 2: 2 (3 5 + 5 4 + 4 2) = 86 FLOPs per example.
+    self.assertEqual(self._flops(mlp, mlp_params(), vmap_axes), 86. * 4)
+    self.assertEqual(self._flops(mlp, mlp_params(), vmap_axes, side=1),
+                     86. * 3)
+
+  def test_products_without_a_derivative_are_not_counted(self):
+    c, c2 = normal(3, (3, 5)), normal(4, (5, 2))
+
+    def f(p, x):
+      constant = (x @ c) @ p['v']  # Only the second product: 2 5 2 = 20.
+      floored = jnp.floor(x @ p['w']) @ c2  # 2 3 5 = 30; floor's is zero.
+      stopped = x @ jax.lax.stop_gradient(p['w'])  # Not counted.
+      called = jax.jit(lambda y, w: y @ w)(x, p['w'])  # 30, inside a call.
+      return constant + floored + (stopped + called) @ c2  # And 20.
+
+    params = {'v': normal(5, (5, 2)), 'w': normal(6, (3, 5))}
+    self.assertEqual(self._flops(f, params, 0), (20. + 30. + 30. + 20.) * 4)
+
+  def test_convolutions(self):
+    x1, x2 = cnn_inputs()
+    problem, leaves, data1, _ = problem_lib.setup(cnn, x1, x2, cnn_params(),
+                                                  {}, (-1,), (), 0)
+    # Per example of 4 x 5 x 2: SAME 3 x 3 x 2 -> 3 makes 4 5 3 outputs of
+    # 18 products; then 2 x 2 x 3 -> 2 with strides (2, 1), padding
+    # ((1, 0), (0, 1)) and rhs dilation (1, 2) makes 2 4 2 outputs of 12.
+    self.assertEqual(
+        auto.parameter_product_flops(problem, 0, leaves, data1),
+        2. * (4 * 5 * 3 * 18 + 2 * 4 * 2 * 12) * 3)
+
+
 class BranchAndBoundTest(test_utils.NeuralTangentsTestCase):
   """Lowering fewer candidates changes neither the choice nor the kernel."""
 
@@ -120,10 +165,10 @@ class BranchAndBoundTest(test_utils.NeuralTangentsTestCase):
                                       data2).items():
         cost = auto.estimated_cost(fn, formulation, leaves, data1, data2)
         weighted = cost / implementations.CANDIDATE_SPEEDUPS[name]
-        bound = auto.cost_lower_bound(name, formulation, leaves)
+        bound = auto.cost_lower_bound(name, formulation, leaves, data1,
+                                       data2)
         self.assertLessEqual(bound, weighted, msg=name)
-        if name in (auto.JACOBIAN, auto.VECTOR_PRODUCTS) and not (
-            name == auto.VECTOR_PRODUCTS and diagonal_axes):
+        if name in (auto.JACOBIAN, auto.VECTOR_PRODUCTS):
           self.assertGreater(bound, 0., msg=name)  # A bound with teeth.
     pruned, exhaustive = {}, {}
     auto.choose(problem, other, leaves, data1, data2, (), pruned)
@@ -136,6 +181,34 @@ class BranchAndBoundTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(ntk_fn(x1, x2, params),
                         explicit_ntk(f, params, x1, x2, trace_axes,
                                      diagonal_axes), rtol=TOL, atol=TOL)
+
+
+class TraceReuseTest(test_utils.NeuralTangentsTestCase):
+  """The first call runs the winner as traced for its cost: one trace."""
+
+  @parameterized.parameters(None, 0)
+  def test_winner_traced_once(self, vmap_axes):
+    traces = collections.Counter()
+    real_candidates = auto.candidates
+
+    def counting_candidates(*args):
+      def counted(name, fn):
+        def traced(*fn_args):
+          traces[name] += 1  # Runs only when JAX traces the candidate.
+          return fn(*fn_args)
+        return traced
+      return {name: counted(name, fn)
+              for name, fn in real_candidates(*args).items()}
+
+    params, x1, x2 = mlp_params(), normal(1, (4, 3)), normal(2, (3, 3))
+    ntk_fn = nt.empirical_ntk_fn(mlp, vmap_axes=vmap_axes,
+                                 implementation=nt.NtkImplementation.AUTO)
+    with mock.patch.object(auto, 'candidates', counting_candidates):
+      kernel = ntk_fn(x1, x2, params)
+    self.assertNotEmpty(traces)
+    self.assertEqual(max(traces.values()), 1, msg=dict(traces))
+    self.assertAllClose(kernel, explicit_ntk(mlp, params, x1, x2, (-1,), ()),
+                        rtol=TOL, atol=TOL)
 
 
 if __name__ == '__main__':

@@ -10,13 +10,16 @@ winner, cached per shapes and static keyword arguments.
 Lowering a candidate costs about as much as compiling the winner, so AUTO
 lowers as few as it can without changing its choice (a branch and bound):
 structured derivatives first (usually the cheapest), then a candidate only
-if a lower bound on its cost, from shapes alone (`cost_lower_bound`), is
+if a lower bound on its cost, from shapes and the FLOPs of `f`'s products
+with a parameter factor (`cost_lower_bound`, `parameter_product_flops`), is
 below the best cost found. And where the per-example formulation's
 structured derivatives can be planned, the whole-batch formulation's
 candidates are not lowered: each does the same or more work (see
-`choose`). On the README's FCN this cut AUTO's first call from 3.9x to
-1.45x the fastest single implementation's, measured in one sitting
-(RESULTS.md, First calls).
+`choose`). The winner is then called as it was traced for its cost, so the
+call reuses that trace. Measured in one sitting (RESULTS.md, First calls):
+on the README's FCN this cut AUTO's first call from 3.9x to 1.45x the
+fastest single implementation's, and the bounds and the reused trace cut
+the CNN's from 1.70 s to 1.45 s.
 
 The formulation can switch too (`other_formulation`): with `vmap_axes=0`
 the whole-batch formulation gives the same kernel, and without `vmap_axes`
@@ -27,10 +30,11 @@ interact and `f` is the same program at every batch size
 25-66x slower on the stax networks of `benchmarks/empirical_ntk.py`.
 """
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import jax
 from jax import tree_util
+from jax.extend import core as jex_core
 import jax.numpy as jnp
 import numpy as np
 
@@ -96,9 +100,22 @@ def candidates(problem: problem_lib.Problem, params: list, data1: list,
 def estimated_cost(fn: Callable, problem: problem_lib.Problem, params: list,
                    data1: list, data2: list) -> float:
   """FLOPs (plus bytes, weighted) of `fn` compiled at these shapes."""
-  lowered = jax.jit(lambda p, d1, d2: fn(problem, p, d1, d2)).lower(
-      *tree_util.tree_map(problem_lib.abstract, (params, data1, data2)))
-  cost = lowered.cost_analysis()
+  return _lowered_cost(_jitted(fn, problem), params, data1, data2)
+
+
+def _jitted(fn: Callable, problem: problem_lib.Problem) -> Callable:
+  """`fn` at `problem`, jitted: a function of `(params, data1, data2)`."""
+  return jax.jit(lambda p, d1, d2: fn(problem, p, d1, d2))
+
+
+def _lowered_cost(jitted: Callable, params: list, data1: list,
+                  data2: list) -> float:
+  """`estimated_cost` of a `_jitted` candidate.
+
+  Traced at the arguments themselves (tracers, inside `ntk_fn`'s program),
+  so that calling `jitted` with them again reuses this trace.
+  """
+  cost = jitted.trace(params, data1, data2).lower().cost_analysis()
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else {}
   cost = cost or {}
@@ -125,21 +142,104 @@ def _batch_paired(problem: problem_lib.Problem) -> bool:
   return all(layout.kinds[0] == layout_lib.PAIR for layout in problem.layouts)
 
 
-def cost_lower_bound(name: str, problem: problem_lib.Problem,
-                     params: list) -> float:
+# Products whose FLOPs `parameter_product_flops` counts.
+_PRODUCTS = ('dot_general', 'conv_general_dilated')
+# Calls whose jaxpr (this parameter) is differentiated as it is.
+_CALLS = {'jit': 'jaxpr', 'pjit': 'jaxpr', 'closed_call': 'call_jaxpr',
+          'core_call': 'call_jaxpr', 'checkpoint': 'jaxpr',
+          'remat': 'jaxpr'}
+# Outputs taken as independent of the parameters: their derivatives are
+# zero (`stop_gradient`, `floor`, ...) or given by rules or loops that this
+# count does not look into. Taking a dependent value as independent only
+# lowers the count, so that it stays a lower bound.
+_NOT_FOLLOWED = frozenset({
+    'stop_gradient', 'floor', 'ceil', 'round', 'sign', 'is_finite',
+    'custom_jvp_call', 'custom_vjp_call', 'custom_vjp_call_jaxpr', 'while',
+    'cond', 'scan'})
+
+
+def _product_flops(eqn) -> float:
+  """FLOPs (2 per multiply-add) of a `dot_general` or a convolution."""
+  out = math.prod(eqn.outvars[0].aval.shape)
+  if eqn.primitive.name == 'dot_general':
+    (contracting, _), _ = eqn.params['dimension_numbers']
+    lhs = eqn.invars[0].aval.shape
+    return 2. * out * math.prod(lhs[d] for d in contracting)
+  rhs = eqn.invars[1].aval.shape  # Each output sums over rhs / out features.
+  out_features = rhs[eqn.params['dimension_numbers'].rhs_spec[0]]
+  return 2. * out * math.prod(rhs) / out_features
+
+
+def _dependent_flops(jaxpr, dependent: Sequence[bool]
+                     ) -> tuple[float, list[bool]]:
+  """FLOPs of the products with a factor that depends on the inputs marked
+  `dependent`, and which outputs depend on them."""
+  found = {v for v, d in zip(jaxpr.invars, dependent) if d}
+  is_found = lambda v: not isinstance(v, jex_core.Literal) and v in found
+  flops = 0.
+  for eqn in jaxpr.eqns:
+    inputs = [is_found(v) for v in eqn.invars]
+    name = eqn.primitive.name
+    if not any(inputs) or name in _NOT_FOLLOWED:
+      continue
+    outputs = [True] * len(eqn.outvars)
+    if name in _PRODUCTS:
+      flops += _product_flops(eqn)
+    elif name in _CALLS and _CALLS[name] in eqn.params:
+      called = eqn.params[_CALLS[name]]
+      called_flops, outputs = _dependent_flops(
+          getattr(called, 'jaxpr', called), inputs)
+      flops += called_flops
+    for v, d in zip(eqn.outvars, outputs):
+      if d and jnp.issubdtype(v.aval.dtype, jnp.inexact):
+        found.add(v)
+  return flops, [is_found(v) for v in jaxpr.outvars]
+
+
+def parameter_product_flops(problem: problem_lib.Problem, side: int,
+                            params: list, data: list) -> float:
+  """FLOPs of the products in one call of `f` on side `side`'s examples
+  (all of them) that have a factor depending on the parameters.
+
+  Each JVP and each VJP of `f` in the parameters does at least as many:
+  the derivative of `z = x W` is `dx W + x dW`, and its transpose gives
+  `dW = x^T dz` or `dx = dz W^T`, each with the FLOPs of `x W`. Dependence
+  is followed through every primitive except those in `_NOT_FOLLOWED`, and
+  through calls (`jit`, `checkpoint`); a product inside a custom derivative
+  rule, a loop or a conditional is not counted.
+  """
+  s = problem.sides[side]
+  fn = s.call(problem.per_example)
+  args = (params, problem_lib.example_avals(data, s.data_axes)
+          if problem.per_example else data)
+  closed = jax.make_jaxpr(fn)(*tree_util.tree_map(problem_lib.abstract, args))
+  flops, _ = _dependent_flops(
+      closed.jaxpr, [i < len(params) for i in range(len(closed.jaxpr.invars))])
+  return flops * (s.n if problem.per_example else 1)
+
+
+def cost_lower_bound(name: str, problem: problem_lib.Problem, params: list,
+                     data1: list, data2: list,
+                     flops: Optional[dict] = None) -> float:
   """A lower bound on candidate `name`'s weighted cost, from shapes alone.
 
-  With `P` parameters, `R` kernel entries and `N1 x N2` example pairs:
+  With `P` parameters, `R` kernel entries, `N1 x N2` example pairs, `O1` and
+  `O2` the output entries of one call of `f` on x1 or x2 (of one example
+  under `vmap_axes`), and `F1`, `F2` the `parameter_product_flops` of `f` on
+  all of x1 or x2:
 
   * Jacobian contraction sums, for each kernel entry, products over every
-    parameter (and over traced axes): at least `2 P R` FLOPs.
-  * NTK-vector products apply `J(x1)` to at least one tangent per x2
-    example, and a JVP multiplies each parameter's tangent into the
-    activations of each x1 example at least once (`x dW` in a dense or
-    convolutional layer costs 2 FLOPs per weight, a bias's add 1): at least
-    `P N1 N2` FLOPs where examples are paired. (A parameter that `f` never
-    uses breaks this bound; AUTO would then merely skip lowering a
-    candidate that might have been cheaper.)
+    parameter (and over traced axes): at least `2 P R` FLOPs. And it takes
+    `min(O, P)` reverse (or forward) passes per call of `f` on each side
+    (once if x2 is x1): at least `min(O1, P) F1 + min(O2, P) F2` more.
+  * NTK-vector products take a JVP over all of x1 for each output entry of
+    x2: at least `O2 N2 F1` FLOPs per example (`O2 F1` without
+    `vmap_axes`). Where examples are paired, also at least `P N1 N2`: a
+    JVP multiplies each parameter's tangent into the activations of each
+    x1 example at least once (`x dW` in a dense or convolutional layer
+    costs 2 FLOPs per weight, a bias's add 1; a parameter that `f` never
+    uses breaks this bound, and AUTO would then merely skip lowering a
+    candidate that might have been cheaper).
 
   Other candidates get 0 (no bound: always lowered).
 
@@ -147,18 +247,41 @@ def cost_lower_bound(name: str, problem: problem_lib.Problem,
     name: the candidate's name.
     problem: its problem.
     params: the differentiable parameter leaves.
+    data1: x1's data leaves.
+    data2: x2's data leaves.
+    flops: a cache of `parameter_product_flops` per side, for this
+      problem and these arguments.
 
   Returns:
     The bound, weighted like `_weighted_cost`.
   """
+  if name not in (JACOBIAN, VECTOR_PRODUCTS):
+    return 0.
+  flops = {} if flops is None else flops
+
+  def side_flops(side: int) -> float:
+    if side not in flops:
+      try:
+        flops[side] = parameter_product_flops(problem, side, params,
+                                              (data1, data2)[side])
+      except Exception:  # pylint: disable=broad-except
+        flops[side] = 0.  # e.g. `f` closes over tracers: no bound from it.
+    return flops[side]
+
   n_params = float(sum(np.size(p) for p in params))
+  outputs = [float(sum(math.prod(shape) for shape in side.out_shapes))
+             for side in problem.sides]
   if name == JACOBIAN:
     entries = float(sum(math.prod(shape) for shape in problem.result_shapes))
-    bound = 2. * n_params * entries
-  elif name == VECTOR_PRODUCTS and _batch_paired(problem):
-    bound = n_params * problem.sides[0].n * problem.sides[1].n
+    bound = 2. * n_params * entries + min(outputs[0], n_params) * side_flops(0)
+    if not problem.symmetric:
+      bound += min(outputs[1], n_params) * side_flops(1)
   else:
-    return 0.
+    x2_outputs = outputs[1] * (problem.sides[1].n if problem.per_example
+                               else 1)
+    bound = x2_outputs * side_flops(0)
+    if _batch_paired(problem):
+      bound = max(bound, n_params * problem.sides[0].n * problem.sides[1].n)
   return _weighted_cost(name, bound)
 
 
@@ -212,44 +335,55 @@ def choose(problem: problem_lib.Problem,
       change).
 
   Returns:
-    `(problem, fn)`: the formulation and implementation to use.
+    `(problem, fn)`: the formulation and implementation to use. On the
+    call that chose, `fn` calls the winner as it was jitted and traced for
+    its cost (at the call's own arguments, inside `ntk_fn`'s program), so
+    that JAX reuses that trace instead of tracing the winner again.
   """
   key = (tree_util.tree_structure((params, data1, data2)),
          tuple((np.shape(x), str(jnp.result_type(x)))
                for x in tree_util.tree_leaves((params, data1, data2))),
          problem.symmetric, problem.layouts, problem.per_example, static_key,
          exhaustive)
-  if key not in choices:
-    own = candidates(problem, params, data1, data2)
-    options = [(0, problem, own)]
-    if exhaustive or not (problem.per_example and EXAMPLE in own):
-      alternative = other(verify=True, separable=SEPARABLE in own)
-      if alternative is not None:
-        options.append((1, alternative, None))  # Planned when reached.
-    # The per-example formulation first: it makes the other one redundant.
-    options.sort(key=lambda option: not option[1].per_example)
-    best, best_cost = (0, 'fallback', _fallback), math.inf
-    for index, option_problem, option_candidates in options:
-      if option_candidates is None:
-        option_candidates = candidates(option_problem, params, data1, data2)
-      for name, fn in _structured_first(option_candidates):
-        if not exhaustive and cost_lower_bound(
-            name, option_problem, params) >= best_cost:
-          continue
-        try:
-          cost = estimated_cost(fn, option_problem, params, data1, data2)
-        except Exception:  # pylint: disable=broad-except
-          continue  # e.g. f closes over tracers; such a candidate is skipped.
-        cost = _weighted_cost(name, cost)
-        if cost < best_cost:
-          best, best_cost = (index, name, fn), cost
-      if (not exhaustive and option_problem.per_example and
-          EXAMPLE in option_candidates and best_cost < math.inf):
-        break
-    choices[key] = best
-  index, _, fn = choices[key]
-  # Whether the other formulation agrees was verified for these shapes.
-  return (problem if index == 0 else other(verify=False)), fn
+  if key in choices:
+    index, _, fn = choices[key]
+    # Whether the other formulation agrees was verified for these shapes.
+    return (problem if index == 0 else other(verify=False)), fn
+  own = candidates(problem, params, data1, data2)
+  options = [(0, problem, own)]
+  if exhaustive or not (problem.per_example and EXAMPLE in own):
+    alternative = other(verify=True, separable=SEPARABLE in own)
+    if alternative is not None:
+      options.append((1, alternative, None))  # Planned when reached.
+  # The per-example formulation first: it makes the other one redundant.
+  options.sort(key=lambda option: not option[1].per_example)
+  best, best_cost = (0, 'fallback', _fallback), math.inf
+  best_problem, best_jitted = problem, None
+  for index, option_problem, option_candidates in options:
+    if option_candidates is None:
+      option_candidates = candidates(option_problem, params, data1, data2)
+    flops = {}  # `parameter_product_flops` of this formulation.
+    for name, fn in _structured_first(option_candidates):
+      if not exhaustive and cost_lower_bound(
+          name, option_problem, params, data1, data2, flops) >= best_cost:
+        continue
+      jitted = _jitted(fn, option_problem)
+      try:
+        cost = _lowered_cost(jitted, params, data1, data2)
+      except Exception:  # pylint: disable=broad-except
+        continue  # e.g. f closes over tracers; such a candidate is skipped.
+      cost = _weighted_cost(name, cost)
+      if cost < best_cost:
+        best, best_cost = (index, name, fn), cost
+        best_problem, best_jitted = option_problem, jitted
+    if (not exhaustive and option_problem.per_example and
+        EXAMPLE in option_candidates and best_cost < math.inf):
+      break
+  choices[key] = best
+  if best_jitted is None:
+    return best_problem, best[2]
+  # This call runs the winner as costed: its trace is reused.
+  return best_problem, lambda _, p, d1, d2: best_jitted(p, d1, d2)
 
 
 def other_formulation(setup: Callable[[problem_lib.VMapAxes], tuple],
