@@ -221,7 +221,7 @@ def parameter_product_flops(problem: problem_lib.Problem, side: int,
 def cost_lower_bound(name: str, problem: problem_lib.Problem, params: list,
                      data1: list, data2: list,
                      flops: Optional[dict] = None) -> float:
-  """A lower bound on candidate `name`'s weighted cost, from shapes alone.
+  """A lower bound on candidate `name`'s weighted cost, without lowering it.
 
   With `P` parameters, `R` kernel entries, `N1 x N2` example pairs, `O1` and
   `O2` the output entries of one call of `f` on x1 or x2 (of one example
@@ -241,7 +241,12 @@ def cost_lower_bound(name: str, problem: problem_lib.Problem, params: list,
     uses breaks this bound, and AUTO would then merely skip lowering a
     candidate that might have been cheaper).
 
-  Other candidates get 0 (no bound: always lowered).
+  Other candidates get 0 (no bound: always lowered). XLA's estimate counts
+  the body of a loop once (a `lax.map` over 10 or 100 items: the same
+  FLOPs), so where NTK-vector products map x2's examples in chunks (above
+  `vector_products.VECTOR_PRODUCTS_MAX_BYTES` of VJPs) the bound can exceed
+  that estimate, which undercounts the candidate; skipping it there is the
+  better choice.
 
   Args:
     name: the candidate's name.
