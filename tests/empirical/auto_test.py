@@ -111,15 +111,25 @@ class ParameterProductFlopsTest(test_utils.NeuralTangentsTestCase):
   def test_products_without_a_derivative_are_not_counted(self):
     c, c2 = normal(3, (3, 5)), normal(4, (5, 2))
 
+    @jax.custom_jvp
+    def custom(y, w):  # Its own derivative rule: not looked into.
+      return y @ w
+    custom.defjvp(lambda primals, tangents: (custom(*primals),
+                                             custom(*tangents)))
+
     def f(p, x):
       constant = (x @ c) @ p['v']  # Only the second product: 2 5 2 = 20.
       floored = jnp.floor(x @ p['w']) @ c2  # 2 3 5 = 30; floor's is zero.
       stopped = x @ jax.lax.stop_gradient(p['w'])  # Not counted.
       called = jax.jit(lambda y, w: y @ w)(x, p['w'])  # 30, inside a call.
-      return constant + floored + (stopped + called) @ c2  # And 20.
+      saved = jax.checkpoint(lambda y, w: y @ w)(x, p['w'])  # 30, as well.
+      ruled = custom(x, p['w']) @ c2  # Neither product.
+      return (constant + floored + ruled +
+              (stopped + called + saved) @ c2)  # And 20.
 
     params = {'v': normal(5, (5, 2)), 'w': normal(6, (3, 5))}
-    self.assertEqual(self._flops(f, params, 0), (20. + 30. + 30. + 20.) * 4)
+    self.assertEqual(self._flops(f, params, 0),
+                     (20. + 30. + 30. + 30. + 20.) * 4)
 
   def test_convolutions(self):
     x1, x2 = cnn_inputs()

@@ -144,18 +144,14 @@ def _batch_paired(problem: problem_lib.Problem) -> bool:
 
 # Products whose FLOPs `parameter_product_flops` counts.
 _PRODUCTS = ('dot_general', 'conv_general_dilated')
-# Calls whose jaxpr (this parameter) is differentiated as it is.
-_CALLS = {'jit': 'jaxpr', 'pjit': 'jaxpr', 'closed_call': 'call_jaxpr',
-          'core_call': 'call_jaxpr', 'checkpoint': 'jaxpr',
-          'remat': 'jaxpr'}
 # Outputs taken as independent of the parameters: their derivatives are
-# zero (`stop_gradient`, `floor`, ...) or given by rules or loops that this
-# count does not look into. Taking a dependent value as independent only
-# lowers the count, so that it stays a lower bound.
+# zero, or given by loops that this count does not look into (as calls with
+# their own derivative rules, `custom_jvp_call` and the like, are not).
+# Taking a dependent value as independent only lowers the count, so that it
+# stays a lower bound.
 _NOT_FOLLOWED = frozenset({
-    'stop_gradient', 'floor', 'ceil', 'round', 'sign', 'is_finite',
-    'custom_jvp_call', 'custom_vjp_call', 'custom_vjp_call_jaxpr', 'while',
-    'cond', 'scan'})
+    'stop_gradient', 'floor', 'ceil', 'round', 'sign', 'is_finite', 'while',
+    'cond'})
 
 
 def _product_flops(eqn) -> float:
@@ -183,12 +179,17 @@ def _dependent_flops(jaxpr, dependent: Sequence[bool]
     if not any(inputs) or name in _NOT_FOLLOWED:
       continue
     outputs = [True] * len(eqn.outvars)
+    body = structured.call_body(eqn.params)
     if name in _PRODUCTS:
       flops += _product_flops(eqn)
-    elif name in _CALLS and _CALLS[name] in eqn.params:
-      called = eqn.params[_CALLS[name]]
-      called_flops, outputs = _dependent_flops(
-          getattr(called, 'jaxpr', called), inputs)
+    elif body is not None:
+      # A call that only groups equations (`jit`, `checkpoint`; the table of
+      # structured derivatives knows them by every supported JAX's names) is
+      # followed into; others (custom derivative rules, `scan`) are not.
+      if not (structured.is_call(name, structured.INLINED) and
+              len(body[0].invars) == len(inputs)):
+        continue
+      called_flops, outputs = _dependent_flops(body[0], inputs)
       flops += called_flops
     for v, d in zip(eqn.outvars, outputs):
       if d and jnp.issubdtype(v.aval.dtype, jnp.inexact):
@@ -205,8 +206,9 @@ def parameter_product_flops(problem: problem_lib.Problem, side: int,
   the derivative of `z = x W` is `dx W + x dW`, and its transpose gives
   `dW = x^T dz` or `dx = dz W^T`, each with the FLOPs of `x W`. Dependence
   is followed through every primitive except those in `_NOT_FOLLOWED`, and
-  through calls (`jit`, `checkpoint`); a product inside a custom derivative
-  rule, a loop or a conditional is not counted.
+  into calls that only group equations (`jit`, `checkpoint`); a product
+  inside a custom derivative rule, a loop or a conditional is not counted,
+  and their outputs are taken as independent.
   """
   s = problem.sides[side]
   fn = s.call(problem.per_example)
