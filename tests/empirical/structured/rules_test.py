@@ -5,6 +5,8 @@ from jax import lax
 from jax.extend import core as jex_core
 import jax.numpy as jnp
 
+import neural_tangents as nt
+from neural_tangents import stax
 from neural_tangents._src.empirical import einsum
 from neural_tangents._src.empirical.structured import program
 from neural_tangents._src.empirical.structured import rules
@@ -168,14 +170,37 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
     out_spatial = [out.shape[d] for d in numbers.out_spec[2:]]
     windows = products.conv_windows(
         x, filter_shape, out_spatial, strides, padding, lhs_dilation,
-        rhs_dilation, numbers.lhs_spec[2:])
-    # windows: x's axes (spatial ones at output positions), then (kh, kw).
-    x_letters = lhs_spec.lower().replace('c', 'i')
+        rhs_dilation, numbers.lhs_spec[2:], numbers.lhs_spec[1])
+    # windows: x's axes (spatial ones at output positions), with (kh, kw)
+    # before the feature axis.
+    x_letters = lhs_spec.lower().replace('c', 'kli')
     w_letters = rhs_spec.lower().replace('h', 'k').replace('w', 'l')
-    expected = jnp.einsum(f'{x_letters}kl,{w_letters}->nohw'.replace(
+    expected = jnp.einsum(f'{x_letters},{w_letters}->nohw'.replace(
         'nohw', ''.join('o' if c == 'C' else c.lower() for c in layout[2])),
                           windows, w, precision=lax.Precision.HIGHEST)
     self.assertAllClose(expected, out, rtol=1e-5, atol=1e-5)
+
+
+  def test_structured_ntk_differentiates_as_jacobian_contraction(self):
+    # The windows are copied in a loop: the NTK stays differentiable in both
+    # modes (reverse in the parameters, forward in the inputs), with a
+    # strided and a padded convolution.
+    init_fn, f, _ = stax.serial(
+        stax.Conv(4, (3, 3), strides=(2, 1), padding='SAME'), stax.Relu(),
+        stax.Conv(3, (2, 3), padding='VALID'), stax.Flatten(), stax.Dense(2))
+    x1, x2 = test_utils.random_inputs((3, 7, 9, 2), (2, 7, 9, 2))
+    _, params = init_fn(jax.random.PRNGKey(2), x1.shape)
+    results = []
+    for implementation in (nt.NtkImplementation.JACOBIAN_CONTRACTION,
+                           nt.NtkImplementation.STRUCTURED_DERIVATIVES):
+      ntk_fn = nt.empirical_ntk_fn(f, trace_axes=(), vmap_axes=0,
+                                   implementation=implementation)
+      grad = jax.jit(jax.grad(lambda p: jnp.sum(ntk_fn(x1, x2, p) ** 2)))(
+          params)
+      tangent = jax.jit(lambda x: jax.jvp(lambda x: ntk_fn(x, x2, params),
+                                          (x,), (jnp.ones_like(x),))[1])(x1)
+      results.append((grad, tangent))
+    self.assertAllClose(results[0], results[1], rtol=1e-5, atol=1e-5)
 
 
 if __name__ == '__main__':
