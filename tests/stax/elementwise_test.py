@@ -552,10 +552,8 @@ def _user_relu_nngp(c, q1, q2):
 
 class RepresentationTest(test_utils.NeuralTangentsTestCase):
 
-  # Fully connected: every layer, in three tests of 12-16 s each (one of
-  # 35-41 s held back pytest-xdist's balancing of the suite's two workers).
   @parameterized.named_parameters(*test_utils.full_tier_cases(
-      [(f'fc{part}', (3, 4), list(CASES)[part::3]) for part in range(3)] + [
+      [('fc', (3, 4), list(CASES)),
        # The kernel maps broadcast the same way whatever the layer: a sample
        # of layers (each kind of map) suffices for spatial inputs.
        ('image', (3, 3, 3, 2), ['abrelu', 'gelu', 'polynomial',
