@@ -232,7 +232,7 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
   one offset per iteration of a `lax.fori_loop`: XLA compiles its body once,
   where a strided slice per offset compiled a kernel per offset and a
   concatenation XLA does not fuse (the structured NTK of
-  `benchmarks/first_call.py`'s CNN compiled in 1.0-1.5 s with them, 0.5-0.7 s
+  `benchmarks/first_call.py`'s CNN compiled in 1.2-1.3 s with them, 0.7-0.8 s
   with the loop, and runs as fast). The loop is differentiable both ways.
 
   Example:
