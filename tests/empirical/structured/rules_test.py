@@ -180,7 +180,6 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
                           windows, w, precision=lax.Precision.HIGHEST)
     self.assertAllClose(expected, out, rtol=1e-5, atol=1e-5)
 
-
   def test_structured_ntk_differentiates_as_jacobian_contraction(self):
     # The windows are copied in a loop: the NTK stays differentiable in both
     # modes (reverse in the parameters, forward in the inputs), with a
@@ -197,7 +196,7 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
                                    implementation=implementation)
       grad = jax.jit(jax.grad(lambda p: jnp.sum(ntk_fn(x1, x2, p) ** 2)))(
           params)
-      tangent = jax.jit(lambda x: jax.jvp(lambda x: ntk_fn(x, x2, params),
+      tangent = jax.jit(lambda x: jax.jvp(lambda y: ntk_fn(y, x2, params),
                                           (x,), (jnp.ones_like(x),))[1])(x1)
       results.append((grad, tangent))
     self.assertAllClose(results[0], results[1], rtol=1e-5, atol=1e-5)
