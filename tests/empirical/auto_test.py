@@ -1,5 +1,5 @@
 """Tests of `empirical.auto`: AUTO weighs per-example and whole-batch
-formulations when they agree, and skips lowering only candidates that could
+formulations when they agree, and skips tracing only candidates that could
 not have won.
 """
 import collections
@@ -144,7 +144,7 @@ class ParameterProductFlopsTest(test_utils.NeuralTangentsTestCase):
 
 
 class BranchAndBoundTest(test_utils.NeuralTangentsTestCase):
-  """Lowering fewer candidates changes neither the choice nor the kernel."""
+  """Tracing fewer candidates changes neither the choice nor the kernel."""
 
   @test_utils.sample_product(
       net=['mlp', 'cnn'], vmap_axes=[None, 0],

@@ -1,20 +1,24 @@
 """AUTO: the cost model that picks an implementation, and its constants.
 
 Each candidate (Jacobian contraction, NTK-vector products, structured
-derivatives in every mode that can be planned) is lowered at the call's
-shapes, and XLA's cost analysis gives its FLOPs and bytes accessed; the
-cost `FLOPs + FLOPS_PER_BYTE * bytes`, divided by the measured speedup in
-each implementation's record (`implementations.REGISTRY`), picks the
-winner, cached per shapes and static keyword arguments.
+derivatives in every mode that can be planned) is traced at the call's
+shapes, and its FLOPs and bytes accessed are counted on the jaxpr as XLA's
+cost analysis of its lowering would count them (`program_cost`: lowering
+and analysing took most of the time of choosing; counting the jaxprs
+instead cut AUTO's first call on the CNN of `benchmarks/first_call.py` by
+0.07-0.1 s, RESULTS.md, First calls); the cost `FLOPs + FLOPS_PER_BYTE *
+bytes`, divided by the measured speedup in each implementation's record
+(`implementations.REGISTRY`), picks the winner, cached per shapes and
+static keyword arguments.
 
-Lowering a candidate costs about as much as compiling the winner, so AUTO
-lowers as few as it can without changing its choice (a branch and bound):
+Tracing a candidate costs a good part of compiling the winner, so AUTO
+traces as few as it can without changing its choice (a branch and bound):
 structured derivatives first (usually the cheapest), then a candidate only
 if a lower bound on its cost, from shapes and the FLOPs of `f`'s products
 with a parameter factor (`cost_lower_bound`, `parameter_product_flops`), is
 below the best cost found. And where the per-example formulation's
 structured derivatives can be planned, the whole-batch formulation's
-candidates are not lowered: each does the same or more work (see
+candidates are not traced: each does the same or more work (see
 `choose`). The winner is then called as it was traced for its cost, so the
 call reuses that trace. Measured in one sitting (RESULTS.md, First calls):
 on the README's FCN this cut AUTO's first call from 3.9x to 1.45x the
@@ -42,10 +46,11 @@ from neural_tangents._src.empirical import batch_size_independence
 from neural_tangents._src.empirical import implementations
 from neural_tangents._src.empirical import layout as layout_lib
 from neural_tangents._src.empirical import problem as problem_lib
+from neural_tangents._src.empirical import program_cost
 from neural_tangents._src.empirical import structured
 from neural_tangents._src.empirical import structured_derivatives
 
-# XLA's cost analysis counts FLOPs and bytes accessed; a byte costs about as
+# `program_cost` counts FLOPs and bytes accessed; a byte costs about as
 # much time as this many FLOPs. The measured peaks bound it from above:
 #   "peaks measured in the same process: 400.8 GFLOP/s float32 matmul, 6.9
 #   GB/s copy bandwidth" (RESULTS.md, Roofline): 58 matmul FLOPs per byte;
@@ -99,8 +104,9 @@ def candidates(problem: problem_lib.Problem, params: list, data1: list,
 
 def estimated_cost(fn: Callable, problem: problem_lib.Problem, params: list,
                    data1: list, data2: list) -> float:
-  """FLOPs (plus bytes, weighted) of `fn` compiled at these shapes."""
-  return _lowered_cost(_jitted(fn, problem), params, data1, data2)
+  """FLOPs (plus bytes, weighted) of `fn` at these shapes, as XLA's cost
+  analysis of its lowering counts them (`program_cost`)."""
+  return _traced_cost(_jitted(fn, problem), params, data1, data2)
 
 
 def _jitted(fn: Callable, problem: problem_lib.Problem) -> Callable:
@@ -108,19 +114,16 @@ def _jitted(fn: Callable, problem: problem_lib.Problem) -> Callable:
   return jax.jit(lambda p, d1, d2: fn(problem, p, d1, d2))
 
 
-def _lowered_cost(jitted: Callable, params: list, data1: list,
-                  data2: list) -> float:
+def _traced_cost(jitted: Callable, params: list, data1: list,
+                 data2: list) -> float:
   """`estimated_cost` of a `_jitted` candidate.
 
   Traced at the arguments themselves (tracers, inside `ntk_fn`'s program),
   so that calling `jitted` with them again reuses this trace.
   """
-  cost = jitted.trace(params, data1, data2).lower().cost_analysis()
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else {}
-  cost = cost or {}
-  return (float(cost.get('flops', 0.)) +
-          FLOPS_PER_BYTE * float(cost.get('bytes accessed', 0.)))
+  flops, nbytes = program_cost.program_cost(
+      jitted.trace(params, data1, data2).jaxpr.jaxpr)
+  return flops + FLOPS_PER_BYTE * nbytes
 
 
 def _weighted_cost(name: str, cost: float) -> float:
@@ -223,7 +226,7 @@ def parameter_product_flops(problem: problem_lib.Problem, side: int,
 def cost_lower_bound(name: str, problem: problem_lib.Problem, params: list,
                      data1: list, data2: list,
                      flops: Optional[dict] = None) -> float:
-  """A lower bound on candidate `name`'s weighted cost, without lowering it.
+  """A lower bound on candidate `name`'s weighted cost, without tracing it.
 
   With `P` parameters, `R` kernel entries, `N1 x N2` example pairs, `O1` and
   `O2` the output entries of one call of `f` on x1 or x2 (of one example
@@ -240,10 +243,10 @@ def cost_lower_bound(name: str, problem: problem_lib.Problem, params: list,
     JVP multiplies each parameter's tangent into the activations of each
     x1 example at least once (`x dW` in a dense or convolutional layer
     costs 2 FLOPs per weight, a bias's add 1; a parameter that `f` never
-    uses breaks this bound, and AUTO would then merely skip lowering a
+    uses breaks this bound, and AUTO would then merely skip tracing a
     candidate that might have been cheaper).
 
-  Other candidates get 0 (no bound: always lowered). XLA's estimate counts
+  Other candidates get 0 (no bound: always traced). The estimate counts
   the body of a loop once (a `lax.map` over 10 or 100 items: the same
   FLOPs), so where NTK-vector products map x2's examples in chunks (above
   `vector_products.VECTOR_PRODUCTS_MAX_BYTES` of VJPs) the bound can exceed
@@ -312,7 +315,7 @@ def choose(problem: problem_lib.Problem,
            ) -> tuple[problem_lib.Problem, Callable]:
   """The cheapest implementation at these shapes (cached per shapes).
 
-  If no candidate can be lowered (e.g. `f` closes over traced values),
+  If no candidate can be traced (e.g. `f` closes over traced values),
   structured derivatives are used. The candidates of
   `other(verify=True, separable=...)`, an equivalent formulation of the same
   kernel (see `other_formulation`), compete too, so that `vmap_axes=0` and
@@ -320,7 +323,7 @@ def choose(problem: problem_lib.Problem,
   known to agree.
 
   Candidates whose `cost_lower_bound` is no lower than the best cost found
-  are not lowered. Once the per-example formulation's structured
+  are not traced. Once the per-example formulation's structured
   derivatives (`EXAMPLE`) are costed, the whole-batch formulation is
   skipped: its Jacobians and vector products are those of the whole batch
   (every per-example one and more: measured 1.2-7x the FLOPs on the FCN and
@@ -338,7 +341,7 @@ def choose(problem: problem_lib.Problem,
     data2: x2's data leaves.
     static_key: `problem_lib.static_kwargs_key` of the keyword arguments.
     choices: the cache, one per kernel function.
-    exhaustive: lower every candidate (for tests: the choice must not
+    exhaustive: trace every candidate (for tests: the choice must not
       change).
 
   Returns:
@@ -376,7 +379,7 @@ def choose(problem: problem_lib.Problem,
         continue
       jitted = _jitted(fn, option_problem)
       try:
-        cost = _lowered_cost(jitted, params, data1, data2)
+        cost = _traced_cost(jitted, params, data1, data2)
       except Exception:  # pylint: disable=broad-except
         continue  # e.g. f closes over tracers; such a candidate is skipped.
       cost = _weighted_cost(name, cost)

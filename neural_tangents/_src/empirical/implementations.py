@@ -32,8 +32,9 @@ class NtkImplementation(enum.IntEnum):
   """How `empirical_ntk_fn` computes the NTK (all give the same answer).
 
   Attributes:
-    AUTO: estimate the cost of each implementation (XLA cost analysis of
-      the compiled candidates, at these input shapes) and use the cheapest.
+    AUTO: estimate the cost of each implementation (FLOPs and bytes of the
+      traced candidates at these input shapes, as XLA's cost analysis counts
+      them) and use the cheapest.
     JACOBIAN_CONTRACTION: materialize Jacobians and contract them.
     NTK_VECTOR_PRODUCTS: apply `J(x1) J(x2)^T` to a basis by VJPs and JVPs.
     STRUCTURED_DERIVATIVES: contract layer inputs and output cotangents
