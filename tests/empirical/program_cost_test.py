@@ -42,6 +42,7 @@ _V = normal(2, (1, 8, 16))
 _M = normal(3, (16, 5))
 _IMAGES = normal(4, (2, 7, 6, 3))
 _FILTER = normal(5, (3, 2, 3, 4))
+_WIDE = normal(6, (4, 32, 64))
 
 # Programs whose every equation follows a rule of `program_cost` exactly.
 PROGRAMS = {
@@ -68,6 +69,10 @@ PROGRAMS = {
                           jnp.exp(x) * x, _X),
     'slices_in_place': (lambda x: lax.dynamic_update_slice(
         x, lax.dynamic_slice(x, (1, 0, 0), (1, 8, 16)) * 2., (0, 0, 0)), _X),
+    'gather_scatter': (lambda x, i: x.at[i].add(x[i[::-1]] * 2.), _X,
+                       jnp.array([2, 0])),
+    'batched_slices': (jax.vmap(lambda x, u: lax.dynamic_update_slice(
+        x, u, (0, 3))), _WIDE, _WIDE[:, :, :16]),
     'loop': (lambda x: lax.fori_loop(0, 5, lambda i, y: y * y, x), _X),
     'nested_jit': (lambda x: jax.jit(lambda y: y * y)(x) + x, _X),
     'custom_jvp': (jax.nn.relu, _X),
@@ -76,6 +81,13 @@ PROGRAMS = {
 
 class ProgramCostTest(test_utils.NeuralTangentsTestCase):
   """Counts on the jaxpr against XLA's analysis of the lowered program."""
+
+  def setUp(self):
+    super().setUp()
+    if jax.default_backend() != 'cpu':
+      # The rules are those of the CPU backend's analysis; AUTO uses the
+      # same counts on every backend.
+      self.skipTest('compared with the CPU backend\'s cost analysis only')
 
   @parameterized.named_parameters((name, name) for name in PROGRAMS)
   def test_equals_xla_cost_analysis(self, name):
@@ -97,8 +109,8 @@ class ProgramCostTest(test_utils.NeuralTangentsTestCase):
 
   @parameterized.product(net=['mlp', 'cnn'], vmap_axes=[None, 0])
   def test_candidates_close_to_xla(self, net, vmap_axes):
-    # Whole programs: FLOPs within 5% of XLA's; bytes above XLA's by at most a third
-    # (measured 5-27% on the CNN of `benchmarks/first_call.py`).
+    # Whole programs: FLOPs within 5% of XLA's; bytes above XLA's by at most
+    # a third (measured 6-19% on `benchmarks/first_call.py`'s FCN and CNN).
     if net == 'mlp':
       f, params, (x1, x2) = mlp, mlp_params(), (normal(1, (4, 3)),
                                                 normal(2, (3, 3)))

@@ -18,8 +18,10 @@ the unoptimized module that JAX lowers a jaxpr to:
   transcendental ones (`exp`, `tanh`, `erf`, ...) none (XLA counts them
   apart); data movement none.
 * Bytes: every operand and result, except where XLA counts less: slices
-  read only the result (`2 x` result), an in-place `dynamic_update_slice`
-  the update (`2 x` update), transposes and `split` nothing. An operand of
+  read only the result (`2 x` result, and a gather its indices), an
+  in-place `dynamic_update_slice` the update (`2 x` update) and a scatter
+  the updates (`3 x`, and the indices; a combining scatter also a FLOP per
+  update), transposes and `split` nothing. An operand of
   an elementwise op with another shape is broadcast first: `2 x` a
   result-sized copy more (and `4 x` its own bytes if it has size-1 axes
   rather than none). `square` reads its operand twice (`x * x`), and
@@ -28,14 +30,14 @@ the unoptimized module that JAX lowers a jaxpr to:
 * What MLIR's canonicalizer removes before the analysis is not counted:
   `x * 1`, `x + 0`, `x - 0`, `x / 1` and same-type conversions, reshapes of
   reshapes back to a shape already seen, and equations whose results are
-  never used. (It does not merge repeated equations, nor does XLA's
-  analysis.)
+  never used. (Repeated
+  equations are not merged, nor does XLA's analysis merge them.)
 * Calls (`jit`, custom derivative rules, `custom_vmap`) count their body
   once per call; loops their body once (as XLA, whatever the trip count);
   a conditional its costliest branch.
 
 Measured against XLA's own analysis (`tests/empirical/program_cost_test.py`
-and RESULTS.md, First calls): FLOPs within 0.1% and bytes 5-27% above on
+and RESULTS.md, First calls): FLOPs within 0.1% and bytes 6-19% above on
 the candidates of the FCN and CNN of `benchmarks/first_call.py`; on the 22
 workloads of `entk_bench.py` and `benchmarks/empirical_ntk.py` (both
 formulations), AUTO picks the same candidate with either count.
@@ -54,10 +56,14 @@ _TRANSCENDENTAL = frozenset({
     'lgamma', 'digamma'})
 # Data movement: no FLOPs; bytes of operands and result unless below.
 _MOVES = frozenset({
-    'broadcast_in_dim', 'concatenate', 'pad', 'gather', 'scatter',
-    'scatter-add', 'scatter_add', 'rev', 'copy', 'copy_p', 'reduce_precision',
+    'broadcast_in_dim', 'concatenate', 'pad', 'rev', 'copy', 'copy_p',
+    'reduce_precision',
     'reshape', 'squeeze', 'expand_dims', 'select_and_gather_add'})
 _RESHAPES = frozenset({'reshape', 'squeeze', 'expand_dims'})
+_COMBINING = frozenset({
+    'scatter', 'scatter-add', 'scatter_add', 'scatter-mul', 'scatter_mul',
+    'scatter-min', 'scatter_min', 'scatter-max', 'scatter_max', 'reduce',
+    'reduce_window', 'select_and_scatter'})
 # `op(x, literal)` that MLIR folds to `x`: (primitive, literal, its position
 # or None for either).
 _IDENTITIES = (('mul', 1., None), ('add', 0., None), ('sub', 0., 1),
@@ -194,6 +200,12 @@ def _primitive_cost(eqn, invars: Sequence[Any]) -> tuple[float, float]:
     return 0., 2. * _nbytes(ins[1])
   if name in ('slice', 'dynamic_slice'):
     return 0., 2. * _nbytes(outs[0])
+  if name == 'gather':  # Reads what it returns, and the indices.
+    return 0., 2. * _nbytes(outs[0]) + _nbytes(ins[1])
+  if name.startswith('scatter'):  # In place: the updated region, twice.
+    combines = name != 'scatter'
+    return (_size(ins[2]) if combines else 0.,
+            3. * _nbytes(ins[2]) + _nbytes(ins[1]))
   if name in _MOVES or not outs:
     return 0., nbytes
   # Elementwise: operands of another shape are broadcast first.
@@ -242,8 +254,9 @@ def program_cost(jaxpr, live_out: Optional[Sequence[bool]] = None
   eqns, live = _live(jaxpr, live_out)
   flops = nbytes = 0.
   for eqn, invars in eqns:
-    bodies = _bodies(eqn.params)
     name = eqn.primitive.name
+    # A scatter's or reduction's jaxpr combines two elements: not a body.
+    bodies = [] if name in _COMBINING else _bodies(eqn.params)
     if not bodies:
       f, b = _primitive_cost(eqn, invars)
     elif name == 'cond':
