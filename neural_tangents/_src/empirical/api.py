@@ -13,8 +13,9 @@ The empirical NTK is `Theta(x1, x2) = J(x1) J(x2)^T` with
   instead of its Jacobian (see `structured/` and `structured_derivatives`).
 
 `AUTO` estimates the cost of each (FLOPs and bytes, counted on its jaxpr as
-XLA's cost analysis counts them) and picks the cheapest; with `vmap_axes=None` it also tries to prove from the jaxpr that
-batch items do not interact, which makes per-example derivatives valid.
+XLA's cost analysis counts them) and picks the cheapest; with
+`vmap_axes=None` it also tries to prove from the jaxpr that batch items do
+not interact, which makes per-example derivatives valid.
 
 Kernel layout: for an output leaf of shape `(O_0, ..., O_k)` (the batch
 axis among them: axis 0 without `vmap_axes`), the kernel has, for each

@@ -17,12 +17,12 @@ the unoptimized module that JAX lowers a jaxpr to:
   not in the output; other elementwise ops one per output element, but
   transcendental ones (`exp`, `tanh`, `erf`, ...) none (XLA counts them
   apart); data movement none.
-* Bytes: every operand and result, except where XLA counts less: slices
-  read only the result (`2 x` result, and a gather its indices), an
-  in-place `dynamic_update_slice` the update (`2 x` update) and a scatter
-  the updates (`3 x`, and the indices; a combining scatter also a FLOP per
-  update), transposes and `split` nothing. An operand of
-  an elementwise op with another shape is broadcast first: `2 x` a
+* Bytes: every operand and result, except where XLA counts less: a slice
+  or a gather the region it reads (`2 x` its result, and a gather its
+  indices); an in-place `dynamic_update_slice` its update (`2 x`); a
+  scatter its updates (`3 x`, and the indices; a combining scatter also
+  a FLOP per update); transposes and `split` nothing. An operand of an
+  elementwise op with another shape is broadcast first: `2 x` a
   result-sized copy more (and `4 x` its own bytes if it has size-1 axes
   rather than none). `square` reads its operand twice (`x * x`), and
   `integer_pow` squares repeatedly (`x^4 = (x^2)^2`), dividing 1 by the
@@ -30,8 +30,7 @@ the unoptimized module that JAX lowers a jaxpr to:
 * What MLIR's canonicalizer removes before the analysis is not counted:
   `x * 1`, `x + 0`, `x - 0`, `x / 1` and same-type conversions, reshapes of
   reshapes back to a shape already seen, and equations whose results are
-  never used. (Repeated
-  equations are not merged, nor does XLA's analysis merge them.)
+  never used. Repeated equations are counted each time, as XLA does.
 * Calls (`jit`, custom derivative rules, `custom_vmap`) count their body
   once per call; loops their body once (as XLA, whatever the trip count);
   a conditional its costliest branch.
