@@ -1,9 +1,13 @@
 """Tests for `structured/rules/`: the table is the installed JAX's."""
+from unittest import mock
+
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 from jax import lax
 from jax.extend import core as jex_core
 import jax.numpy as jnp
+import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
@@ -144,17 +148,23 @@ class RulesTest(test_utils.NeuralTangentsTestCase):
           self.assertIn(r.call, (rules.INLINED, rules.CUSTOM))
 
 
+# `conv_windows` gathers windows of at most this many entries, else loops.
+_WINDOWS_PATHS = {'gathered': 10**9, 'looped': 0}
+
+
 class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
-  """`conv_windows` contracted with a filter is XLA's convolution."""
+  """`conv_windows` contracted with a filter is XLA's convolution, gathered
+  (small windows) or copied by a loop (large ones) alike."""
 
   @test_utils.sample_product(
       layout={'nhwc': ('NHWC', 'HWIO', 'NHWC'),
               'nchw': ('NCHW', 'OIHW', 'NCHW'),
               'nwhc': ('NWHC', 'HWIO', 'NHWC')},  # Spatial axes reversed.
       strides=[(1, 1), (2, 1)], padding=[((1, 1), (0, 2)), ((0, 0), (1, 0))],
-      lhs_dilation=[(1, 1), (1, 2)], rhs_dilation=[(1, 1), (2, 1)])
+      lhs_dilation=[(1, 1), (1, 2)], rhs_dilation=[(1, 1), (2, 1)],
+      path=list(_WINDOWS_PATHS))
   def test_windows_contracted_with_a_filter_are_the_convolution(
-      self, layout, strides, padding, lhs_dilation, rhs_dilation):
+      self, layout, strides, padding, lhs_dilation, rhs_dilation, path):
     lhs_spec, rhs_spec, _ = layout
     shape = {'N': 2, 'H': 7, 'W': 6, 'C': 3}
     x = jax.random.normal(jax.random.PRNGKey(0),
@@ -168,9 +178,16 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
         x, w, strides, padding, lhs_dilation, rhs_dilation, numbers,
         precision=lax.Precision.HIGHEST)
     out_spatial = [out.shape[d] for d in numbers.out_spec[2:]]
-    windows = products.conv_windows(
-        x, filter_shape, out_spatial, strides, padding, lhs_dilation,
-        rhs_dilation, numbers.lhs_spec[2:], numbers.lhs_spec[1])
+    windows = {}
+    for name, max_elements in _WINDOWS_PATHS.items():
+      with mock.patch.object(products, 'GATHERED_WINDOWS_MAX_ELEMENTS',
+                             max_elements):
+        windows[name] = products.conv_windows(
+            x, filter_shape, out_spatial, strides, padding, lhs_dilation,
+            rhs_dilation, numbers.lhs_spec[2:], numbers.lhs_spec[1])
+    # Both paths copy the same entries.
+    np.testing.assert_array_equal(windows['gathered'], windows['looped'])
+    windows = windows[path]
     # windows: x's axes (spatial ones at output positions), with (kh, kw)
     # before the feature axis.
     x_letters = lhs_spec.lower().replace('c', 'kli')
@@ -180,15 +197,18 @@ class ConvWindowsTest(test_utils.NeuralTangentsTestCase):
                           windows, w, precision=lax.Precision.HIGHEST)
     self.assertAllClose(expected, out, rtol=1e-5, atol=1e-5)
 
-  def test_structured_ntk_differentiates_as_jacobian_contraction(self):
-    # The windows are copied in a loop: the NTK stays differentiable in both
-    # modes (reverse in the parameters, forward in the inputs), with a
-    # strided and a padded convolution.
+  @parameterized.parameters(*_WINDOWS_PATHS)
+  def test_structured_ntk_differentiates_as_jacobian_contraction(self, path):
+    # Gathered or copied in a loop, the windows keep the NTK differentiable
+    # in both modes (reverse in the parameters, forward in the inputs), with
+    # a strided and a padded convolution.
     init_fn, f, _ = stax.serial(
         stax.Conv(4, (3, 3), strides=(2, 1), padding='SAME'), stax.Relu(),
         stax.Conv(3, (2, 3), padding='VALID'), stax.Flatten(), stax.Dense(2))
     x1, x2 = test_utils.random_inputs((3, 7, 9, 2), (2, 7, 9, 2))
     _, params = init_fn(jax.random.PRNGKey(2), x1.shape)
+    self.enter_context(mock.patch.object(
+        products, 'GATHERED_WINDOWS_MAX_ELEMENTS', _WINDOWS_PATHS[path]))
     results = []
     for implementation in (nt.NtkImplementation.JACOBIAN_CONTRACTION,
                            nt.NtkImplementation.STRUCTURED_DERIVATIVES):

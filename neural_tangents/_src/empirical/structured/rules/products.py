@@ -11,6 +11,7 @@ Example:
 """
 import functools
 import itertools
+import math
 from typing import Any, Optional, Sequence
 
 from jax import lax
@@ -214,6 +215,15 @@ def _conv_form(eqn: ir.Eqn, k: int,
   return y, (factor,), v, 1.
 
 
+# Windows of at most this many entries (per call of `conv_windows`: per
+# example under `vmap_axes`) are gathered; larger ones are copied by a loop.
+# Measured on the 2-core CPU of `benchmarks/RESULTS.md` ("Small convolution
+# windows gathered"): a gather instead of the loop saves 0.03-0.1 s of XLA
+# compilation per windows, and up to this size costs 3-17 us more per example
+# and call; the loop's runtime advantage grows with the windows' size.
+GATHERED_WINDOWS_MAX_ELEMENTS = 2**13
+
+
 def conv_windows(x: Array, filter_shape: Sequence[int],
                  out_spatial: Sequence[int], strides: Sequence[int],
                  padding: Sequence[tuple[int, int]],
@@ -229,11 +239,19 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
   so that each offset's features are one contiguous row.
 
   The windows are copied exactly (no FLOPs, unlike a patches convolution),
-  one offset per iteration of a `lax.fori_loop`: XLA compiles its body once,
-  where a strided slice per offset compiled a kernel per offset and a
-  concatenation XLA does not fuse (the structured NTK of
-  `benchmarks/first_call.py`'s CNN compiled in 1.2-1.3 s with them, 0.7-0.8 s
-  with the loop, and runs as fast). The loop is differentiable both ways.
+  in one of two ways, both differentiable in both modes:
+  * up to `GATHERED_WINDOWS_MAX_ELEMENTS` windows entries (per example under
+    `vmap_axes`; the first convolution of an image network, on a few input
+    channels): one `lax.gather` of every window entry, one XLA kernel;
+  * larger windows: one offset per iteration of a `lax.fori_loop`, which XLA
+    compiles as about seven kernels under `vmap` (the body's indices and
+    bounds checks, the loop's condition) but which runs 2.5-4x as fast as the
+    gather on up to a few hundred examples (XLA:CPU fuses the gather with the
+    transpose to this layout and copies entry by entry, where the loop copies
+    rows of features). A strided slice per offset compiled a kernel per
+    offset and a concatenation XLA does not fuse (the structured NTK of
+    `benchmarks/first_call.py`'s CNN compiled in 1.2-1.3 s with them,
+    0.7-0.8 s with the loop, and runs as fast).
 
   Example:
     >>> conv_windows(jnp.ones((1, 5, 2)), (3,), (3,), (1,), ((0, 0),), (1,),
@@ -262,6 +280,9 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
       w = lax.slice(w, [0] * x.ndim, size, step)
     return jnp.expand_dims(w, feature)
 
+  if math.prod(shape) <= GATHERED_WINDOWS_MAX_ELEMENTS:
+    return _gathered_windows(xp, filter_shape, out_spatial, strides,
+                             rhs_dilation, spatial, feature)
   if len(offsets) == 1:
     stacked = window(offsets[0])
   else:
@@ -271,6 +292,54 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
     stacked = lax.fori_loop(0, len(offsets), copy, jnp.zeros(shape, x.dtype))
   return stacked.reshape(shape[:feature] + list(filter_shape) +
                          shape[feature + 1:])
+
+
+def _gathered_windows(xp: Array, filter_shape: Sequence[int],
+                      out_spatial: Sequence[int], strides: Sequence[int],
+                      rhs_dilation: Sequence[int], spatial: Sequence[int],
+                      feature: int) -> Array:
+  """`conv_windows` of the padded input `xp`, by one `lax.gather`.
+
+  The spatial axes are flattened into one, between the other axes and the
+  feature axis, and each window entry `(position, offset)` is gathered as a
+  row of features: `windows[..., s, k, c] = xp[..., s * stride + k *
+  rhs_dilation, c]` over the flattened spatial axis.
+  """
+  others = [d for d in range(xp.ndim) if d not in spatial and d != feature]
+  order = others + list(spatial) + [feature]
+  padded_spatial = [xp.shape[d] for d in spatial]
+  flat = jnp.transpose(xp, order).reshape(
+      [xp.shape[d] for d in others] +
+      [math.prod(padded_spatial), xp.shape[feature]])
+  n = len(spatial)
+  grid = np.meshgrid(
+      *[np.arange(o) * s for o, s in zip(out_spatial, strides)],
+      *[np.arange(k) * r for k, r in zip(filter_shape, rhs_dilation)],
+      indexing='ij')
+  index = np.ravel_multi_index([grid[i] + grid[n + i] for i in range(n)],
+                               padded_spatial).reshape(-1, 1)
+  axis = len(others)
+  numbers = lax.GatherDimensionNumbers(
+      offset_dims=tuple(d for d in range(flat.ndim) if d != axis),
+      collapsed_slice_dims=(axis,), start_index_map=(axis,))
+  slice_sizes = flat.shape[:axis] + (1,) + flat.shape[axis + 1:]
+  gathered = lax.gather(flat, jnp.asarray(index, np.int32), numbers,
+                        slice_sizes, indices_are_sorted=False,
+                        unique_indices=False,
+                        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+  # Gathered axes: others, output positions, offsets, features; the windows'
+  # are x's, with the offsets before the feature axis.
+  gathered = gathered.reshape(
+      [xp.shape[d] for d in others] + list(out_spatial) + list(filter_shape) +
+      [xp.shape[feature]])
+  labels = others + list(spatial) + [('offset', i) for i in range(n)] + [
+      feature]
+  target = []
+  for d in range(xp.ndim):
+    if d == feature:
+      target += [('offset', i) for i in range(n)]
+    target.append(d)
+  return jnp.transpose(gathered, [labels.index(label) for label in target])
 
 
 def _conv_axis(eqn, in_axes):
