@@ -6,10 +6,14 @@ here runs in a FRESH Python process (so nothing is compiled or cached yet;
 JAX's persistent compilation cache is not turned on), which times, with
 `time.perf_counter` around the call and `jax.block_until_ready`, the first and
 the second call, in wall and in CPU seconds (all threads; on a shared
-machine the CPU seconds are the steadier figure). The parent prints one JSON line per workload: the medians of
-`--runs` processes, and the figures of issue 26's table (this project before
-the issue, `before_s`, and the published 0.6.5 release, `published_s`, both
-measured on the same 2-core machine) for comparison.
+machine the CPU seconds are the steadier figure). The parent runs the
+workloads round robin, `--runs` rounds of one process per workload, and
+then prints one JSON line per workload: the medians of its processes, and
+the figures of issue 26's table (this project before the issue, `before_s`,
+and the published 0.6.5 release, `published_s`, both measured on the same
+2-core machine) for comparison. An `*_empirical_auto` line also gives
+`auto_over_best`, its median over the best of implementations 1-3 measured
+in the same run. Progress goes to stderr.
 
 Workloads:
 
@@ -144,11 +148,10 @@ def _run_child(workload: str) -> dict:
   return out
 
 
-def measure(workload: str, runs: int) -> dict:
-  """Medians over `runs` fresh processes, with the issue's figures."""
-  results = [_run_child(workload) for _ in range(runs)]
+def summarize(workload: str, results: list[dict]) -> dict:
+  """Medians over the runs' fresh processes, with the issue's figures."""
   median = lambda key: round(statistics.median(r[key] for r in results), 3)
-  line = dict(workload=workload, runs=runs)
+  line = dict(workload=workload, runs=len(results))
   if workload.endswith('_process'):
     line['seconds'] = median('process_s')
     line['cpu_s'] = median('process_cpu_s')
@@ -164,6 +167,19 @@ def measure(workload: str, runs: int) -> dict:
   return line
 
 
+def add_auto_ratios(lines: dict[str, dict]) -> None:
+  """Adds `auto_over_best` to each `*_empirical_auto` line: its median first
+  call over the best median first call of implementations 1, 2 and 3 measured
+  in the same run (the issue's target: at most 1.5)."""
+  for name, line in lines.items():
+    if not name.endswith('_empirical_auto') or 'first_s' not in line:
+      continue
+    singles = [lines[name[:-len('auto')] + i]['first_s'] for i in '123'
+               if 'first_s' in lines.get(name[:-len('auto')] + i, {})]
+    if singles:
+      line['auto_over_best'] = round(line['first_s'] / min(singles), 2)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('workloads', nargs='*', default=list(WORKLOADS))
@@ -177,14 +193,28 @@ def main() -> None:
     return
   import jax  # pylint: disable=g-import-not-at-top
   runs = 1 if args.quick else args.runs
-  for workload in args.workloads:
-    try:
-      line = measure(workload, runs)
-    except Exception as e:  # noqa: BLE001  One failing workload, not all.
-      line = dict(workload=workload, error=f'{type(e).__name__}: {e}'[-500:])
+  # Round robin: each run measures every workload once, so that the host's
+  # drift over the minutes of a run falls on all workloads alike and the
+  # ratios between them (`auto_over_best`) are of the same moments.
+  results = {workload: [] for workload in args.workloads}
+  errors = {}
+  for run in range(runs):
+    for workload in args.workloads:
+      if workload in errors:
+        continue
+      try:
+        results[workload].append(_run_child(workload))
+      except Exception as e:  # noqa: BLE001  One failing workload, not all.
+        errors[workload] = f'{type(e).__name__}: {e}'[-500:]
+      print(f'run {run + 1}/{runs}: {workload}', file=sys.stderr, flush=True)
+  lines = {workload: (dict(workload=workload, error=errors[workload])
+                      if workload in errors else
+                      summarize(workload, results[workload]))
+           for workload in args.workloads}
+  add_auto_ratios(lines)
+  for line in lines.values():
     line['jax'] = jax.__version__
     print(json.dumps(line), flush=True)
-
 
 if __name__ == '__main__':
   main()
