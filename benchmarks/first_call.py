@@ -174,8 +174,9 @@ def add_auto_ratios(lines: dict[str, dict]) -> None:
   for name, line in lines.items():
     if not name.endswith('_empirical_auto') or 'first_s' not in line:
       continue
-    singles = [lines[name[:-len('auto')] + i]['first_s'] for i in '123'
-               if 'first_s' in lines.get(name[:-len('auto')] + i, {})]
+    prefix = name[:-len('auto')]
+    singles = [lines[prefix + i]['first_s'] for i in '123'
+               if 'first_s' in lines.get(prefix + i, {})]
     if singles:
       line['auto_over_best'] = round(line['first_s'] / min(singles), 2)
 
@@ -215,6 +216,7 @@ def main() -> None:
   for line in lines.values():
     line['jax'] = jax.__version__
     print(json.dumps(line), flush=True)
+
 
 if __name__ == '__main__':
   main()

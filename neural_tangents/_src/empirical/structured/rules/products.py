@@ -270,6 +270,9 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
   offsets = np.array(list(itertools.product(*map(range, filter_shape))),
                      np.int32).reshape(-1, len(spatial))
   shape.insert(feature, len(offsets))
+  if math.prod(shape) <= GATHERED_WINDOWS_MAX_ELEMENTS:
+    return _gathered_windows(xp, filter_shape, out_spatial, strides,
+                             rhs_dilation, spatial, feature)
 
   def window(offset) -> Array:
     start = [np.int32(0)] * x.ndim
@@ -280,9 +283,6 @@ def conv_windows(x: Array, filter_shape: Sequence[int],
       w = lax.slice(w, [0] * x.ndim, size, step)
     return jnp.expand_dims(w, feature)
 
-  if math.prod(shape) <= GATHERED_WINDOWS_MAX_ELEMENTS:
-    return _gathered_windows(xp, filter_shape, out_spatial, strides,
-                             rhs_dilation, spatial, feature)
   if len(offsets) == 1:
     stacked = window(offsets[0])
   else:
