@@ -35,6 +35,7 @@ from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.stax.requirements import is_pairwise_kernel_fn
+from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -107,19 +108,25 @@ def _joint_kernel_matrices(
   n = x_train.shape[0]
   if n + x_test.shape[0] > JOINT_KERNEL_MAX_POINTS:
     return None
-  both = jnp.concatenate([jnp.asarray(x_train), jnp.asarray(x_test)])
-  return _split_blocks(_kernel_fn_matrices(kernel_fn, both, None, names, {}),
-                       n)
+  return _compiled_joint_blocks(kernel_fn, tuple(names), n, x_train, x_test)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _split_blocks(joint: dict[str, Array], n: int
+def _joint_blocks(kernel_fn: Callable[..., Any], names: tuple[str, ...],
+                  n: int, x_train: Array, x_test: Array
                   ) -> tuple[dict[str, Array], dict[str, Array],
                              dict[str, Array]]:
-  """The `[:n, :n]`, `[n:, :n]` and `[n:, n:]` blocks, in one program."""
+  """The `[:n, :n]`, `[n:, :n]` and `[n:, n:]` blocks of the kernels of
+  `concatenate([x_train, x_test])` with itself."""
+  both = jnp.concatenate([jnp.asarray(x_train), jnp.asarray(x_test)])
+  joint = _kernel_fn_matrices(kernel_fn, both, None, names, {})
   return ({k: v[:n, :n] for k, v in joint.items()},
           {k: v[n:, :n] for k, v in joint.items()},
           {k: v[n:, n:] for k, v in joint.items()})
+
+
+# Unjitted, the concatenation, the kernel and the blocks are one program (the
+# `kernel_fn` is traced into it, with `kernel_fn` and `names` static).
+_compiled_joint_blocks = compiled.compile_per_signature(_joint_blocks)
 
 
 def _is_pair(value: Any) -> bool:
