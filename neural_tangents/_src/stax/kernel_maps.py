@@ -668,6 +668,42 @@ def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
   return nngp.at[batch, batch].set(cov1)
 
 
+def _batch_diagonal(nngp: Array, cov1: Array) -> Array:
+  """The entries `nngp[i, i, ...]` of the kernel of `x1` with itself, in the
+  layout of `cov1` (`nngp` itself where `cov1` keeps all batch pairs)."""
+  if nngp.shape == cov1.shape:
+    return nngp
+  return jnp.moveaxis(jnp.diagonal(nngp, 0, 0, 1), -1, 0)
+
+
+def _map_self_covariances(
+    k: Kernel, fn: Callable[[list[Array]], Array],
+    args_of: Callable[[str, Array], list[Array]]
+) -> tuple[Array, Optional[Array]]:
+  """`(fn(args_of('cov1', k.cov1)), fn(args_of('cov2', k.cov2)))`.
+
+  Batch-diagonal `cov1` and `cov2` (`(N1, ...)`, `(N2, ...)`) are mapped by
+  one call of `fn` on their concatenation (and that of their arguments) along
+  the batch axis: the same formulas elementwise, in one XLA loop instead of
+  two (each loop costs ~10 ms to compile on a CPU).
+  """
+  cov1_args = args_of('cov1', k.cov1)
+  if k.cov2 is None:
+    return fn(cov1_args), None
+  cov2_args = args_of('cov2', k.cov2)
+  n1, n2 = k.cov1.shape[0], k.cov2.shape[0]
+  leading_ok = lambda args, n: all(
+      jnp.ndim(a) == k.cov1.ndim and jnp.shape(a)[0] in (1, n) for a in args)
+  if not (k.diagonal_batch and k.cov1.shape[1:] == k.cov2.shape[1:] and
+          leading_ok(cov1_args, n1) and leading_ok(cov2_args, n2)):
+    return fn(cov1_args), fn(cov2_args)
+  joint = fn([
+      jnp.concatenate([jnp.broadcast_to(a, (n1,) + jnp.shape(a)[1:]),
+                       jnp.broadcast_to(b, (n2,) + jnp.shape(b)[1:])])
+      for a, b in zip(cov1_args, cov2_args)])
+  return joint[:n1], joint[n1:]
+
+
 def _map_covariance(kernel_map: KernelMap, q1: Array, q2: Array, c: Array,
                     ntk: Optional[Array]) -> tuple[Array, Optional[Array]]:
   """`(nngp', dot * ntk)` of the covariance `c` (same shape as `ntk`).
@@ -706,14 +742,16 @@ def _scaled_elementwise_kernel(k: Kernel, kernel_map: KernelMap) -> Kernel:
   def mapped(field, c, ntk=None):
     return kernel_map.scaled(*variances[field], c, ntk, *exponents[field])
 
-  cov1 = mapped('cov1', k.cov1)[0]
   c = k.nngp
   if sides_are_one(k):
     c = _with_batch_diagonal(c, k.cov1)
   nngp, ntk = mapped('nngp', c, k.ntk)
-  cov2 = None if k.cov2 is None else mapped('cov2', k.cov2)[0]
   if sides_are_one(k):
-    nngp = _with_batch_diagonal(nngp, cov1)
+    cov1, cov2 = _batch_diagonal(nngp, k.cov1), None
+  else:
+    cov1, cov2 = _map_self_covariances(
+        k, lambda args: kernel_map.scaled(*args[:3], None, *args[3:])[0],
+        lambda field, cov: [*variances[field], cov, *exponents[field]])
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False, scale_exponents=None)
 
@@ -735,7 +773,6 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
       not getattr(kernel_map, 'homogeneous', False)):
     return _scaled_elementwise_kernel(k, kernel_map)
   variances = kernel_lib.covariance_variances(k)
-  cov1, _ = kernel_map(*variances['cov1'], k.cov1, False)
   c = k.nngp
   if sides_are_one(k):
     # The batch diagonal of `x1` with itself is `cov1` exactly, so that its
@@ -744,9 +781,13 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
     # relative error ~ 1e-8 (float64) into the NTK's diagonal.
     c = _with_batch_diagonal(c, k.cov1)
   nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], c, k.ntk)
-  cov2 = (None if k.cov2 is None else
-          kernel_map(*variances['cov2'], k.cov2, False)[0])
   if sides_are_one(k):
-    nngp = _with_batch_diagonal(nngp, cov1)
+    # The mapped variances are that diagonal: read from `nngp`, they equal it
+    # exactly, without mapping `cov1` apart.
+    cov1, cov2 = _batch_diagonal(nngp, k.cov1), None
+  else:
+    cov1, cov2 = _map_self_covariances(
+        k, lambda args: kernel_map(*args, False)[0],
+        lambda field, cov: [*variances[field], cov])
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False)
