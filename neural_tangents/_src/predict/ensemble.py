@@ -16,6 +16,8 @@ from neural_tangents._src.predict.flow import infinite_time_covariance
 from neural_tangents._src.predict.flow import integrated_relaxation
 from neural_tangents._src.predict.flow import scaled_product
 from neural_tangents._src.predict.flow import train_set_flow
+from neural_tangents._src.predict.kernel_rows import on_host
+from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 from neural_tangents._src.predict.layout import check_finite
@@ -35,7 +37,6 @@ from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.stax.requirements import is_pairwise_kernel_fn
-from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -108,25 +109,31 @@ def _joint_kernel_matrices(
   n = x_train.shape[0]
   if n + x_test.shape[0] > JOINT_KERNEL_MAX_POINTS:
     return None
-  return _compiled_joint_blocks(kernel_fn, tuple(names), n, x_train, x_test)
+  # Concrete host inputs are concatenated, and the kernels split, by numpy
+  # (copies of at most `JOINT_KERNEL_MAX_POINTS^2` entries): the only program
+  # compiled is then the kernel's own (`kernel_fn`'s, cached per signature).
+  host = all(on_host(x) and not getattr(x, 'weak_type', False)
+             for x in (x_train, x_test))
+  concatenate = np.concatenate if host else jnp.concatenate
+  both = concatenate([(np.asarray if host else jnp.asarray)(x)
+                      for x in (x_train, x_test)])
+  joint = _kernel_fn_matrices(kernel_fn, both, None, names, {})
+  if not (host and all(on_host(k) for k in joint.values())):
+    return _split_blocks(joint, n)
+  joint = {name: np.asarray(k) for name, k in joint.items()}
+  return ({name: to_device(k[:n, :n]) for name, k in joint.items()},
+          {name: to_device(k[n:, :n]) for name, k in joint.items()},
+          {name: to_device(k[n:, n:]) for name, k in joint.items()})
 
 
-def _joint_blocks(kernel_fn: Callable[..., Any], names: tuple[str, ...],
-                  n: int, x_train: Array, x_test: Array
+@functools.partial(jax.jit, static_argnums=1)
+def _split_blocks(joint: dict[str, Array], n: int
                   ) -> tuple[dict[str, Array], dict[str, Array],
                              dict[str, Array]]:
-  """The `[:n, :n]`, `[n:, :n]` and `[n:, n:]` blocks of the kernels of
-  `concatenate([x_train, x_test])` with itself."""
-  both = jnp.concatenate([jnp.asarray(x_train), jnp.asarray(x_test)])
-  joint = _kernel_fn_matrices(kernel_fn, both, None, names, {})
+  """The `[:n, :n]`, `[n:, :n]` and `[n:, n:]` blocks, in one program."""
   return ({k: v[:n, :n] for k, v in joint.items()},
           {k: v[n:, :n] for k, v in joint.items()},
           {k: v[n:, n:] for k, v in joint.items()})
-
-
-# Unjitted, the concatenation, the kernel and the blocks are one program (the
-# `kernel_fn` is traced into it, with `kernel_fn` and `names` static).
-_compiled_joint_blocks = compiled.compile_per_signature(_joint_blocks)
 
 
 def _is_pair(value: Any) -> bool:
@@ -498,6 +505,9 @@ def _infinite_time(train: TrainKernels, posterior: Posterior, test: _Test,
   if isinstance(k_test, solve.KernelRows):  # Stored: by row blocks.
     product = jnp.asarray(solve.kernel_matmul(k_test, np.asarray(alpha)),
                           jnp.result_type(k_test.dtype, float))
+  elif solve.all_on_host(k_test, alpha):  # float64 arithmetic, no compile.
+    product = to_device(solve.kernel_matmul(
+        solve.host_view(k_test), np.asarray(alpha)).astype(k_test.dtype))
   else:
     product = k_test @ jnp.asarray(alpha, k_test.dtype)
   mean = matrix_to_outputs(product, test.shape, train.layout)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.predict import solve
+from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 
@@ -169,9 +170,10 @@ def infinite_time_covariance(solver: solve.Solver, k_test_flow: Array,
       w = np.asarray(w)
     cross = k_test_prior @ w
     if host or not isinstance(k_prior_train, jax.Array):
-      p_w = solve.kernel_matmul(k_prior_train, np.asarray(w)).astype(w.dtype)
+      p_w = solve.kernel_matmul(solve.host_view(k_prior_train),
+                                np.asarray(w)).astype(w.dtype)
     else:
       p_w = k_prior_train @ w
     cov = k_test_test - cross - cross.T + w.T @ p_w
   cov = (cov + cov.T) / 2
-  return jnp.asarray(cov.astype(k_test_test.dtype)) if host else cov
+  return to_device(cov.astype(k_test_test.dtype)) if host else cov

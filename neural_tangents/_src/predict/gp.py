@@ -10,6 +10,7 @@ import numpy as np
 from neural_tangents._src.predict import solve
 from neural_tangents._src.predict import stored
 from neural_tangents._src.predict.flow import infinite_time_covariance
+from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import check_kernel
 from neural_tangents._src.predict.layout import is_kernel_like
@@ -279,8 +280,8 @@ def _matmul(k: Any, v: Array) -> Array:
   """`k @ v` for a device kernel, by row blocks for a host one."""
   if solve.all_on_host(k, v):  # numpy, float64 arithmetic, by row blocks.
     dtype = jnp.result_type(k.dtype, float)
-    return jnp.asarray(solve.kernel_matmul(solve.host_view(k), np.asarray(v)
-                                           ).astype(dtype))
+    return to_device(solve.kernel_matmul(solve.host_view(k), np.asarray(v)
+                                         ).astype(dtype))
   if isinstance(k, jax.Array):
     return k @ v.astype(k.dtype)
   return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)

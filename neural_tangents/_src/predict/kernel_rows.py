@@ -126,6 +126,18 @@ def on_host(k: Any) -> bool:
           all(d.platform == 'cpu' for d in k.devices()))
 
 
+def to_device(x: Any) -> jax.Array:
+  """`jnp.asarray(x)` of a host array, by `jax.device_put`: the same array
+  (dtype canonicalized alike, uncommitted), without the small program that
+  `jnp.asarray` compiles for each new shape of a numpy array.
+
+  Example:
+    >>> to_device(np.ones((2, 3), np.float32)).shape
+    (2, 3)
+  """
+  return jax.device_put(np.asarray(x))
+
+
 def row_block(k: Any, n: int) -> int:
   if isinstance(k, KernelRows):
     return k.block_rows

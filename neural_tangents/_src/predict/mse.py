@@ -14,6 +14,7 @@ from neural_tangents._src.predict.flow import integrated_relaxation
 from neural_tangents._src.predict.flow import relaxation
 from neural_tangents._src.predict.flow import scaled_product
 from neural_tangents._src.predict.flow import with_time_axes
+from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
 from neural_tangents._src.predict.layout import as_array_kernel
@@ -296,7 +297,7 @@ def _infinite_time(train: TrainKernels, flow: _Flow, residual: Array,
   weights = factor.solve(residual)
   train.record('ntk', factor)
   if solve.all_on_host(k_test, weights):  # float64 arithmetic, no compile.
-    change = jnp.asarray(solve.kernel_matmul(
+    change = to_device(solve.kernel_matmul(
         solve.host_view(k_test), np.asarray(weights)).astype(flow.dtype))
   else:
     change = k_test @ jnp.asarray(weights, flow.dtype)

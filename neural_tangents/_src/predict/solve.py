@@ -55,6 +55,7 @@ from neural_tangents._src.predict.kernel_rows import kernel_matmul
 from neural_tangents._src.predict.kernel_rows import KernelRows
 from neural_tangents._src.predict.kernel_rows import on_host
 from neural_tangents._src.predict.kernel_rows import rows_of
+from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.options import SolveOptions
 
@@ -257,15 +258,15 @@ class CholeskySolver:
   def solve(self, b: Array) -> Array:
     if self.on_host and not is_traced(b):
       b = np.asarray(b, self.factor.dtype)
-      return jnp.asarray(scipy.linalg.cho_solve((self.factor, True), b,
-                                                check_finite=False))
+      return to_device(scipy.linalg.cho_solve((self.factor, True), b,
+                                              check_finite=False))
     return jax.scipy.linalg.cho_solve((self.factor, True), b)
 
   def half_solve(self, b: Array) -> Array:
     """`L^{-1} b`, so that `(L^{-1} b)^T (L^{-1} b) = b^T (K + r I)^{-1} b`."""
     if self.on_host and not is_traced(b):
       b = np.asarray(b, self.factor.dtype)
-      return jnp.asarray(scipy.linalg.solve_triangular(
+      return to_device(scipy.linalg.solve_triangular(
           self.factor, b, lower=True, check_finite=False))
     return jax.scipy.linalg.solve_triangular(self.factor, b, lower=True)
 
