@@ -114,11 +114,13 @@ def _joint_kernel_matrices(
   # compiled is then the kernel's own (`kernel_fn`'s, cached per signature).
   host = all(on_host(x) and not getattr(x, 'weak_type', False)
              for x in (x_train, x_test))
-  concatenate = np.concatenate if host else jnp.concatenate
-  both = concatenate([(np.asarray if host else jnp.asarray)(x)
-                      for x in (x_train, x_test)])
+  if host:
+    both = np.concatenate([np.asarray(x_train), np.asarray(x_test)])
+  else:
+    both = jnp.concatenate([jnp.asarray(x_train), jnp.asarray(x_test)])
   joint = _kernel_fn_matrices(kernel_fn, both, None, names, {})
-  if not (host and all(on_host(k) for k in joint.values())):
+  if not (host and all(isinstance(k, jax.Array) and on_host(k)
+                       for k in joint.values())):
     return _split_blocks(joint, n)
   joint = {name: np.asarray(k) for name, k in joint.items()}
   return ({name: to_device(k[:n, :n]) for name, k in joint.items()},
