@@ -831,6 +831,36 @@ class ChaoticPhaseTest(test_utils.NeuralTangentsTestCase):
 
 
 
+class SelfCovariancesTest(test_utils.NeuralTangentsTestCase):
+  """The variances a nonlinearity passes on: those of `x1` with itself read
+  from the mapped NNGP's batch diagonal, and those of `x1` and `x2` mapped in
+  one loop on their concatenation, equal each input's own (its `x2=None`
+  kernel), in the plain and in the scaled (huge inputs) forms."""
+
+  @parameterized.named_parameters(
+      ('relu', 'relu', 1.), ('erf', 'erf', 1.), ('sin', 'sin', 1.),
+      ('gelu', 'gelu', 1.), ('erf_scaled', 'erf', 1e200),
+      ('sin_scaled', 'sin', 1e200))
+  def test_pair_variances_are_each_inputs_own(self, name, scale):
+    layer = CASES[name][0]
+    _, _, kernel_fn = stax.serial(stax.Dense(8, 1.5, 0.1), layer(),
+                                  stax.Dense(8, 1.2, 0.1), layer())
+    rng = np.random.RandomState(0)
+    x1, x2 = rng.randn(4, 3) * scale, rng.randn(3, 3) * scale
+    for diagonal_batch in (True, False):
+      cov1, cov2 = kernel_fn(x1, x2, ('cov1', 'cov2'),
+                             diagonal_batch=diagonal_batch)
+      nngp1, own1 = kernel_fn(x1, None, ('nngp', 'cov1'),
+                              diagonal_batch=diagonal_batch)
+      own2 = kernel_fn(x2, None, 'cov1', diagonal_batch=diagonal_batch)
+      self.assertAllClose(cov1, own1, rtol=1e-12, atol=0)
+      self.assertAllClose(cov2, own2, rtol=1e-12, atol=0)
+      # Exactly the NNGP's diagonal, as the next layers need it.
+      np.testing.assert_array_equal(
+          kernel_lib.batch_diagonal(nngp1),
+          own1 if diagonal_batch else kernel_lib.batch_diagonal(own1))
+
+
 class HandSetX1IsX2Test(test_utils.NeuralTangentsTestCase):
   """A hand-built `Kernel` flagged `x1_is_x2=True` whose two sides differ (as
   the published notebook on trainability builds test-train kernels) gets the

@@ -28,20 +28,30 @@ class InputsToKernelTest(test_utils.NeuralTangentsTestCase):
   def test_covariances_match_float64_direct_sum(self, shape1, shape2,
                                                 batch_axis, channel_axis):
     rng = np.random.RandomState(0)
-    x1, x2 = rng.randn(*shape1), rng.randn(*shape2)
-    for diagonal_spatial in (False, True):
+    # Examples of very different sizes: each keeps its own scale.
+    x1 = rng.randn(*shape1) * np.logspace(-3, 3, shape1[batch_axis]).reshape(
+        [-1 if a == batch_axis else 1 for a in range(len(shape1))])
+    x2 = rng.randn(*shape2)
+    for diagonal_spatial, diagonal_batch in ((False, False), (True, False),
+                                             (False, True), (True, True)):
       k = inputs.inputs_to_kernel(
-          jnp.asarray(x1), jnp.asarray(x2), diagonal_batch=False,
+          jnp.asarray(x1), jnp.asarray(x2), diagonal_batch=diagonal_batch,
           diagonal_spatial=diagonal_spatial, compute_ntk=True,
           batch_axis=batch_axis, channel_axis=channel_axis)
       nngp = _direct_nngp(x1, x2, batch_axis, channel_axis)
       cov1 = _direct_nngp(x1, x1, batch_axis, channel_axis)
+      cov2 = _direct_nngp(x2, x2, batch_axis, channel_axis)
       if diagonal_spatial:
         for _ in range(nngp.ndim // 2 - 1):
           nngp = np.moveaxis(np.diagonal(nngp, axis1=2, axis2=3), -1, -1)
           cov1 = np.moveaxis(np.diagonal(cov1, axis1=2, axis2=3), -1, -1)
+          cov2 = np.moveaxis(np.diagonal(cov2, axis1=2, axis2=3), -1, -1)
+      if diagonal_batch:
+        cov1, cov2 = (np.moveaxis(np.diagonal(c, axis1=0, axis2=1), -1, 0)
+                      for c in (cov1, cov2))
       self.assertAllClose(k.nngp, nngp)
       self.assertAllClose(k.cov1, cov1)
+      self.assertAllClose(k.cov2, cov2)
       self.assertAllClose(k.ntk, np.zeros_like(nngp))
       self.assertEqual((k.batch_axis, k.channel_axis),
                        (batch_axis, channel_axis))

@@ -671,9 +671,7 @@ def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
 def _batch_diagonal(nngp: Array, cov1: Array) -> Array:
   """The entries `nngp[i, i, ...]` of the kernel of `x1` with itself, in the
   layout of `cov1` (`nngp` itself where `cov1` keeps all batch pairs)."""
-  if nngp.shape == cov1.shape:
-    return nngp
-  return jnp.moveaxis(jnp.diagonal(nngp, 0, 0, 1), -1, 0)
+  return nngp if nngp.shape == cov1.shape else kernel_lib.batch_diagonal(nngp)
 
 
 def _map_self_covariances(
