@@ -236,18 +236,18 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
   # loops to compile.
   joint = (z2 is not None and z1.shape[1:] == z2.shape[1:] and
            z1.dtype == z2.dtype)
+
+  def scaled(z):
+    z, s = scale_examples(z)
+    return (z, *stored_scales(s))
+
   n1 = z1.shape[0]
-  z, s = scale_examples(jnp.concatenate([z1, z2]) if joint else z1)
-  s, a = stored_scales(s)
   if joint:
+    z, s, a = scaled(jnp.concatenate([z1, z2]))
     z1, z2, s1, s2, a1, a2 = z[:n1], z[n1:], s[:n1], s[n1:], a[:n1], a[n1:]
   else:
-    z1, s1, a1 = z, s, a
-    if z2 is None:
-      z2, s2, a2 = z1, s1, a1
-    else:
-      z2, s2 = scale_examples(z2)
-      s2, a2 = stored_scales(s2)
+    z1, s1, a1 = scaled(z1)
+    z2, s2, a2 = (z1, s1, a1) if z2 is None else scaled(z2)
 
   def scaled_cov(za, sa, zb, sb, batch_pair):
     out = covariance(za, zb, batch_pair, diagonal_spatial)

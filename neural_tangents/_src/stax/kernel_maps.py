@@ -668,23 +668,25 @@ def _with_batch_diagonal(nngp: Array, cov1: Array) -> Array:
   return nngp.at[batch, batch].set(cov1)
 
 
-def _batch_diagonal(nngp: Array, cov1: Array) -> Array:
-  """The entries `nngp[i, i, ...]` of the kernel of `x1` with itself, in the
-  layout of `cov1` (`nngp` itself where `cov1` keeps all batch pairs)."""
-  return nngp if nngp.shape == cov1.shape else kernel_lib.batch_diagonal(nngp)
-
-
-def _map_self_covariances(
-    k: Kernel, fn: Callable[[list[Array]], Array],
+def _mapped_variances(
+    k: Kernel, nngp: Array, fn: Callable[[list[Array]], Array],
     args_of: Callable[[str, Array], list[Array]]
 ) -> tuple[Array, Optional[Array]]:
-  """`(fn(args_of('cov1', k.cov1)), fn(args_of('cov2', k.cov2)))`.
+  """`(cov1, cov2)` of a nonlinearity's output, `nngp` its mapped NNGP.
 
-  Batch-diagonal `cov1` and `cov2` (`(N1, ...)`, `(N2, ...)`) are mapped by
-  one call of `fn` on their concatenation (and that of their arguments) along
-  the batch axis: the same formulas elementwise, in one XLA loop instead of
-  two (each loop costs ~10 ms to compile on a CPU).
+  Of `x1` with itself (`sides_are_one`), `cov1` is the batch diagonal of
+  `nngp`, which maps exactly those variances: read from it, they equal it
+  bitwise, without being mapped apart. Otherwise `cov1` and `cov2` are
+  `fn(args_of('cov1', k.cov1))` and `fn(args_of('cov2', k.cov2))`; where
+  both are batch-diagonal (`(N1, ...)`, `(N2, ...)`), by one call of `fn` on
+  their concatenation (and that of their arguments) along the batch axis:
+  the same formulas elementwise, in one XLA loop instead of two (each loop
+  costs ~10 ms to compile on a CPU).
   """
+  if sides_are_one(k):
+    cov1 = (nngp if nngp.shape == k.cov1.shape else
+            kernel_lib.batch_diagonal(nngp))
+    return cov1, None
   cov1_args = args_of('cov1', k.cov1)
   if k.cov2 is None:
     return fn(cov1_args), None
@@ -744,12 +746,9 @@ def _scaled_elementwise_kernel(k: Kernel, kernel_map: KernelMap) -> Kernel:
   if sides_are_one(k):
     c = _with_batch_diagonal(c, k.cov1)
   nngp, ntk = mapped('nngp', c, k.ntk)
-  if sides_are_one(k):
-    cov1, cov2 = _batch_diagonal(nngp, k.cov1), None
-  else:
-    cov1, cov2 = _map_self_covariances(
-        k, lambda args: kernel_map.scaled(*args[:3], None, *args[3:])[0],
-        lambda field, cov: [*variances[field], cov, *exponents[field]])
+  cov1, cov2 = _mapped_variances(
+      k, nngp, lambda args: kernel_map.scaled(*args[:3], None, *args[3:])[0],
+      lambda field, cov: [*variances[field], cov, *exponents[field]])
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False, scale_exponents=None)
 
@@ -779,13 +778,8 @@ def elementwise_kernel(k: Kernel, kernel_map: KernelMap, name: str) -> Kernel:
     # relative error ~ 1e-8 (float64) into the NTK's diagonal.
     c = _with_batch_diagonal(c, k.cov1)
   nngp, ntk = _map_covariance(kernel_map, *variances['nngp'], c, k.ntk)
-  if sides_are_one(k):
-    # The mapped variances are that diagonal: read from `nngp`, they equal it
-    # exactly, without mapping `cov1` apart.
-    cov1, cov2 = _batch_diagonal(nngp, k.cov1), None
-  else:
-    cov1, cov2 = _map_self_covariances(
-        k, lambda args: kernel_map(*args, False)[0],
-        lambda field, cov: [*variances[field], cov])
+  cov1, cov2 = _mapped_variances(
+      k, nngp, lambda args: kernel_map(*args, False)[0],
+      lambda field, cov: [*variances[field], cov])
   return k.replace(nngp=nngp, ntk=ntk, cov1=cov1, cov2=cov2,
                    is_gaussian=False, is_input=False)
