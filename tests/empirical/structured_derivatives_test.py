@@ -6,11 +6,14 @@ from unittest import mock
 import warnings
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax.numpy as jnp
 
 import neural_tangents as nt
 from neural_tangents._src.empirical import structured_derivatives
 from tests import test_utils
+from tests.empirical.reference import cnn
+from tests.empirical.reference import cnn_params
 from tests.empirical.reference import explicit_ntk
 from tests.empirical.reference import mlp
 from tests.empirical.reference import mlp_params
@@ -85,6 +88,60 @@ class ScaledParametersTest(test_utils.NeuralTangentsTestCase):
         warnings.simplefilter('error')  # No fallback: the rules ran.
         kernel = ntk_fn(x1, x2, params)
       self.assertAllClose(kernel, expected, rtol=TOL, atol=TOL)
+
+
+class OneProgramTest(test_utils.NeuralTangentsTestCase):
+  """x1 and x2 of one per-example program: both sides' values are traced
+  once, and a side with a multiple of the other's examples is computed in
+  blocks of the other's size; the kernel is the same as without blocks and
+  as an explicit contraction, in every output axis layout."""
+
+  @parameterized.parameters(
+      # (x1 examples, x2 examples, blocks of x1 or x2, trace axes, diagonal,
+      # examples per block at most)
+      (6, 3, True, (-1,), (), 128), (3, 6, True, (), (), 128),
+      (4, 2, True, (), (-1,), 128), (6, 4, False, (-1,), (), 128),
+      (9, 3, False, (-1,), (), 128), (6, 3, False, (-1,), (), 2))
+  def test_blocks_equal_one_pass_and_explicit(self, n1, n2, blocked,
+                                              trace_axes, diagonal_axes,
+                                              max_examples):
+    # 6 and 4: not a multiple; 9 = 3 x 3: more blocks than EQUAL_BLOCKS_MAX;
+    # blocks of 3 examples above EQUAL_BLOCKS_MAX_EXAMPLES = 2.
+    self.enter_context(mock.patch.object(
+        structured_derivatives, 'EQUAL_BLOCKS_MAX_EXAMPLES', max_examples))
+    params = cnn_params()
+    x1, x2 = normal(4, (n1, 4, 5, 2)), normal(5, (n2, 4, 5, 2))
+    calls = {'blocks': [], 'traces': 0}
+    equal_blocks = structured_derivatives._equal_blocks
+    side_values = structured_derivatives._side_values
+
+    def recording_blocks(*args):
+      calls['blocks'].append(equal_blocks(*args))
+      return calls['blocks'][-1]
+
+    def counting_values(*args):
+      calls['traces'] += 1
+      return side_values(*args)
+
+    ntk_fn = nt.empirical_ntk_fn(
+        cnn, trace_axes, diagonal_axes, vmap_axes=0,
+        implementation=nt.NtkImplementation.STRUCTURED_DERIVATIVES)
+    with mock.patch.object(structured_derivatives, '_equal_blocks',
+                           recording_blocks), mock.patch.object(
+                               structured_derivatives, '_side_values',
+                               counting_values):
+      kernel = ntk_fn(x1, x2, params)
+    self.assertEqual(calls['blocks'], [blocked])
+    self.assertEqual(calls['traces'], 1)  # Both sides, every block.
+    with mock.patch.object(structured_derivatives, 'EQUAL_BLOCKS_MAX', 1):
+      one_pass = nt.empirical_ntk_fn(
+          cnn, trace_axes, diagonal_axes, vmap_axes=0,
+          implementation=nt.NtkImplementation.STRUCTURED_DERIVATIVES)(
+              x1, x2, params)
+    self.assertAllClose(kernel, one_pass, rtol=1e-12, atol=1e-12)
+    self.assertAllClose(kernel, explicit_ntk(cnn, params, x1, x2, trace_axes,
+                                             diagonal_axes),
+                        rtol=TOL, atol=TOL)
 
 
 if __name__ == '__main__':

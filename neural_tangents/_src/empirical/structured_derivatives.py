@@ -8,8 +8,13 @@ whole-batch program, with per-example cotangents, once the jaxpr proves
 that batch items do not interact; AUTO's candidate without `vmap_axes`).
 """
 import functools
-from typing import Optional
+from typing import Any, Callable, Optional
 import warnings
+
+import jax
+from jax import lax
+from jax.extend import core as jex_core
+import jax.numpy as jnp
 
 from neural_tangents._src.empirical import jacobian_contraction as jacobian_lib
 from neural_tangents._src.empirical import layout as layout_lib
@@ -153,25 +158,150 @@ def _separable_axes(program: structured.Program, n_params: int,
   return axes
 
 
+# `_equal_blocks`: blocks of the larger side at most, and examples per block
+# at most. Measured on `first_call.py`'s CNN (RESULTS.md, "One program for
+# both sides"): in two blocks the structured NTK compiles up to 0.1 s faster
+# (20 x 10 to 200 x 100 examples), in three or four no faster (each block is
+# one more copy of the program, and all but the kernels' compilation grows
+# with copies); blocks of 10-100 examples run as fast or up to 35% faster,
+# blocks of 200 12-20% slower.
+EQUAL_BLOCKS_MAX = 2
+EQUAL_BLOCKS_MAX_EXAMPLES = 128
+
+
 def planned_structured(plan: structured.Plan, mode: structured.Mode,
                        problem: problem_lib.Problem, params: list,
                        data1: list, data2: list) -> list[Array]:
-  """The kernels of a problem by a plan of `plan_structured`."""
+  """The kernels of a problem by a plan of `plan_structured`.
+
+  Where x1 and x2 trace to one per-example program (`_one_program`), both
+  sides' values are one function, traced once. And where one side has a
+  multiple of the other's examples (`_equal_blocks`), the larger side is
+  computed in blocks of the smaller side's size, and the kernel in blocks
+  of the pairs: every block is then the same program as the smaller side,
+  at the same shapes, which XLA compiles once for all of them (it compiles
+  the fused loops of two batch sizes apart). The structured NTK of
+  `benchmarks/first_call.py`'s CNN, x1 of 20 examples and x2 of 10,
+  compiled in 0.30-0.38 s, in blocks of 10 in 0.25-0.28 s, and runs as
+  fast (RESULTS.md, "One program for both sides").
+  """
+  data = (data1, data2)
+  # The two sides (and blocks) are independent computations, which XLA runs
+  # concurrently (one pass over both sides' examples at once would serialize
+  # them).
+  side_fns = _values_fns(plan, mode, problem, params, data1)
+  if not _equal_blocks(plan, mode, problem):
+    values = [side_fns[0](params, data1)]
+    values.append(values[0] if problem.symmetric else
+                  side_fns[1](params, data2))
+    return _contract(plan, mode, problem, values, problem.result_shapes)
+  # `big` is the side in blocks, `small` the other.
+  big, small = (0, 1) if problem.sides[0].n > problem.sides[1].n else (1, 0)
+  small_values = side_fns[small](params, data[small])
+  size = problem.sides[small].n
+  axes = problem.sides[big].data_axes
+  # Per example, each kernel's axes 0 and 1 are x1's and x2's examples.
+  shapes = [shape[:big] + (size,) + shape[big + 1:]
+            for shape in problem.result_shapes]
+  blocks = []
+  for start in range(0, problem.sides[big].n, size):
+    block = [d if a is None else lax.slice_in_dim(d, start, start + size,
+                                                   axis=a)
+             for d, a in zip(data[big], axes)]
+    values = [None, None]
+    values[big], values[small] = side_fns[big](params, block), small_values
+    blocks.append(values)
+  # One trace of the contraction for every block.
+  contract_block = _traced_once(
+      lambda values: _contract(plan, mode, problem, values, shapes),
+      blocks[0])
+  kernel_blocks = [contract_block(values) for values in blocks]
+  return [jnp.concatenate(kernels, axis=big)
+          for kernels in zip(*kernel_blocks)]
+
+
+def _one_program(plan: structured.Plan, mode: structured.Mode,
+                 problem: problem_lib.Problem) -> bool:
+  """Whether x1 and x2 (not the same) trace to one per-example program.
+
+  One `SidePlan` for both sides (their programs are equal), with the same
+  example axes: each side's values are then those of the same function,
+  down to the cotangent tails (`_choose_tails` builds both sides' from the
+  same program).
+  """
+  return (mode == structured.Mode.EXAMPLE and not problem.symmetric and
+          plan.sides[0] is plan.sides[1] and
+          problem.sides[0].data_axes == problem.sides[1].data_axes)
+
+
+def _equal_blocks(plan: structured.Plan, mode: structured.Mode,
+                  problem: problem_lib.Problem) -> bool:
+  """Whether to compute the larger side in blocks of the smaller's size.
+
+  Where both sides are one program (`_one_program`), every kernel pairs
+  their examples, and one side has 2 to `EQUAL_BLOCKS_MAX` times as many
+  examples as the other, which has at most `EQUAL_BLOCKS_MAX_EXAMPLES`.
+  """
+  n1, n2 = problem.sides[0].n, problem.sides[1].n
+  blocks, rest = divmod(max(n1, n2), min(n1, n2))
+  return (_one_program(plan, mode, problem) and rest == 0 and
+          2 <= blocks <= EQUAL_BLOCKS_MAX and
+          min(n1, n2) <= EQUAL_BLOCKS_MAX_EXAMPLES and
+          all(kinds[axis] == layout_lib.PAIR
+              for kinds, axis in problem.placements))
+
+
+def _values_fns(plan: structured.Plan, mode: structured.Mode,
+                problem: problem_lib.Problem, params: list,
+                data: list) -> list[Callable]:
+  """`fn(params, data)` of each side: its values, of all its examples.
+
+  Of one program (`_one_program`), both sides are one function of one
+  example, traced once to a jaxpr (at `data`'s example shapes) and
+  evaluated for each side and block: JAX traces the engine once, and the
+  program is the same as with the function itself (a `jax.jit` instead
+  would leave reshapes across its boundary that AUTO's cost counts).
+  """
   per_example = mode == structured.Mode.EXAMPLE
-  # The two sides are independent computations, which XLA runs concurrently
-  # (one pass over both sides' examples at once would serialize them).
-  values = []
-  for index, (side, data) in enumerate(zip(problem.sides, (data1, data2))):
-    if index == 1 and problem.symmetric:
-      values.append(values[0])
+  one_program = _one_program(plan, mode, problem)
+  fns = []
+  for index, side in enumerate(problem.sides):
+    if one_program and index == 1:
+      fns.append(fns[0])
       continue
     row_ndims = [len(shape) for shape in side.out_shapes]
     if mode == structured.Mode.SEPARABLE:
       row_ndims = [ndim - 1 for ndim in row_ndims]
     fn = functools.partial(_side_values, plan, index, row_ndims)
-    values.append(side.over_examples(fn, per_example,
-                                     structured.value_axes(plan, index))(
-                                         params, data))
+    if one_program:
+      fn = _traced_once(fn, params, problem_lib.example_avals(
+          data, side.data_axes))
+    fns.append(side.over_examples(fn, per_example,
+                                  structured.value_axes(plan, index)))
+  return fns
+
+
+def _traced_once(fn: Callable, *args: Any) -> Callable:
+  """`fn`, traced now at the shapes of `args` and evaluated from its jaxpr.
+
+  Unlike a `jax.jit` of `fn`, each call is inlined in the caller's program.
+  """
+  closed, out = jax.make_jaxpr(fn, return_shape=True)(
+      *jax.tree_util.tree_map(problem_lib.abstract, args))
+  out_tree = jax.tree_util.tree_structure(out)
+  evaluate = jex_core.jaxpr_as_fun(closed)
+
+  def traced(*args: Any) -> Any:
+    return jax.tree_util.tree_unflatten(
+        out_tree, evaluate(*jax.tree_util.tree_leaves(args)))
+
+  return traced
+
+
+def _contract(plan: structured.Plan, mode: structured.Mode,
+              problem: problem_lib.Problem, values: list,
+              result_shapes: list) -> list[Array]:
+  """The kernels, of `result_shapes`, of both sides' values."""
   out_shapes = problem.sides[0].out_shapes
   layouts = problem.layouts
   if mode == structured.Mode.SEPARABLE:
@@ -180,7 +310,7 @@ def planned_structured(plan: structured.Plan, mode: structured.Mode,
     layouts = [layout_lib.KernelLayout(layout.kinds[1:], True)
                for layout in layouts]
   return structured.contract(plan, tuple(values), layouts, out_shapes,
-                             problem.result_shapes)
+                             result_shapes)
 
 
 def _side_values(plan: structured.Plan, side: int, row_ndims: list,
