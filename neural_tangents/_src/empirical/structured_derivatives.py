@@ -213,9 +213,8 @@ def planned_structured(plan: structured.Plan, mode: structured.Mode,
     blocks.append(values)
   # One trace of the contraction for every block.
   contract_block = _traced_once(
-      lambda values: _contract(plan, mode, problem, values, shapes),
-      blocks[0])
-  kernel_blocks = [contract_block(values) for values in blocks]
+      lambda pair: _contract(plan, mode, problem, pair, shapes), blocks[0])
+  kernel_blocks = [contract_block(pair) for pair in blocks]
   return [jnp.concatenate(kernels, axis=big)
           for kernels in zip(*kernel_blocks)]
 
@@ -238,17 +237,17 @@ def _equal_blocks(plan: structured.Plan, mode: structured.Mode,
                   problem: problem_lib.Problem) -> bool:
   """Whether to compute the larger side in blocks of the smaller's size.
 
-  Where both sides are one program (`_one_program`), every kernel pairs
-  their examples, and one side has 2 to `EQUAL_BLOCKS_MAX` times as many
-  examples as the other, which has at most `EQUAL_BLOCKS_MAX_EXAMPLES`.
+  Where both sides are one program (`_one_program`) and one side has 2 to
+  `EQUAL_BLOCKS_MAX` times as many examples as the other, which has at most
+  `EQUAL_BLOCKS_MAX_EXAMPLES`. (With sides of different sizes every kernel
+  pairs their examples: `problem_lib.setup` refuses traced or diagonal
+  batch axes there.)
   """
   n1, n2 = problem.sides[0].n, problem.sides[1].n
   blocks, rest = divmod(max(n1, n2), min(n1, n2))
   return (_one_program(plan, mode, problem) and rest == 0 and
           2 <= blocks <= EQUAL_BLOCKS_MAX and
-          min(n1, n2) <= EQUAL_BLOCKS_MAX_EXAMPLES and
-          all(kinds[axis] == layout_lib.PAIR
-              for kinds, axis in problem.placements))
+          min(n1, n2) <= EQUAL_BLOCKS_MAX_EXAMPLES)
 
 
 def _values_fns(plan: structured.Plan, mode: structured.Mode,
