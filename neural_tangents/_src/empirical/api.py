@@ -60,6 +60,7 @@ from neural_tangents._src.empirical.problem import VMapAxes
 from neural_tangents._src.empirical.rng import takes_rng_pairs
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import compiled
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.typing import Axes, PyTree
 
@@ -154,7 +155,8 @@ def empirical_ntk_fn(
 
   # Unjitted, one XLA program per signature of `(x1, x2, params, kwargs)`
   # instead of the op-by-op dispatch of every derivative (see `compiled`).
-  return takes_rng_pairs(compiled.compile_per_signature(ntk_fn))
+  return takes_rng_pairs(precision.library_precision(
+      compiled.compile_per_signature(ntk_fn)))
 
 
 def _per_example_where_equivalent(
@@ -236,7 +238,7 @@ def empirical_nngp_fn(f: ApplyFn, trace_axes: Axes = (-1,),
       kernels.append(kernel / layout_lib.trace_size(layout, leaf1.shape))
     return tree_util.tree_unflatten(treedef, kernels)
 
-  return takes_rng_pairs(nngp_fn)
+  return takes_rng_pairs(precision.library_precision(nngp_fn))
 
 
 _KERNELS = ('nngp', 'ntk')
@@ -329,7 +331,7 @@ def empirical_ntk_vp_fn(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
     tangents, = vjp_fn(cotangents)
     return jax.jvp(lambda p: f(p, x1, **kwargs1), (params,), (tangents,))[1]
 
-  return ntk_vp
+  return precision.library_precision(ntk_vp)
 
 
 _LINEARIZE_INPUTS_FIX = ('Call `f_lin(params, x)` with the inputs of `f` '

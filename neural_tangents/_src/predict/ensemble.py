@@ -37,6 +37,7 @@ from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.stax.requirements import is_pairwise_kernel_fn
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils.typing import Axes, Get
 
 
@@ -218,6 +219,7 @@ def _test_train_kwargs(train_kwargs: dict[str, Any],
   return out
 
 
+@precision.library_precision
 def gradient_descent_mse_ensemble(
     kernel_fn: Callable[..., Any],
     x_train: Array,
@@ -362,6 +364,7 @@ def gradient_descent_mse_ensemble(
       load=lambda kernels: _checked_train_matrices(train, _kernel_fn_matrices(
           kernel_fn, x_train, None, kernels, kernel_fn_train_train_kwargs)))
 
+  @precision.library_precision
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  x_test: Optional[Array] = None,
                  get: Get = None,

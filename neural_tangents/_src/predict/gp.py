@@ -29,9 +29,11 @@ from neural_tangents._src.predict.posterior import Posterior
 from neural_tangents._src.predict.posterior import POSTERIORS
 from neural_tangents._src.predict.posterior import results_by_get
 from neural_tangents._src.predict.train_kernels import TrainKernels
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils.typing import Axes, Get
 
 
+@precision.library_precision
 def gp_inference(
     k_train_train: Any,
     y_train: Array,
@@ -154,6 +156,7 @@ def gp_inference(
                                             'k_train_train', square=True)
                             for kernel in kernels})
 
+  @precision.library_precision
   def predict_fn(get: Get = None,
                  k_test_train: Any = None,
                  k_test_test: Any = None) -> Any:

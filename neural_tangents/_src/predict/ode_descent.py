@@ -17,6 +17,7 @@ from neural_tangents._src.predict.layout import kernel_to_matrix
 from neural_tangents._src.predict.layout import matrix_to_outputs
 from neural_tangents._src.predict.layout import outputs_to_matrix
 from neural_tangents._src.predict.layout import shape_of_test_outputs
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils.typing import Axes
 
 
@@ -38,6 +39,7 @@ class ODEState(NamedTuple):
 # Gradient descent on any loss.
 
 
+@precision.library_precision
 def gradient_descent(
     loss: Callable[[Array, Array], Array],
     k_train_train: Array,
@@ -141,6 +143,7 @@ def gradient_descent(
     return ODEState(state.qx_train, state.qx_test,
                     force_train - friction * state.qx_train, accel_test)
 
+  @precision.library_precision
   def predict_fn(t: Optional[ArrayOrScalar] = None,
                  fx_train_or_state_0: Union[ArrayOrScalar, ODEState] = 0.,
                  fx_test_0: Optional[ArrayOrScalar] = None,

@@ -97,6 +97,7 @@ from neural_tangents._src.stax.protocol import Requirements
 from neural_tangents._src.utils import arguments
 from neural_tangents._src.utils import compiled
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils import utils
 from neural_tangents._src.utils.kernel import Kernel
 
@@ -343,6 +344,8 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
   # op-by-op dispatches (see `compiled`; `NT_COMPILE_UNJITTED_CALLS=0` turns
   # it off).
   kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
+  # float32-accurate contractions on every backend (see `precision`).
+  kernel_fn = precision.library_precision(kernel_fn)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   _PAIRWISE_KERNEL_FNS.add(kernel_fn)
   return kernel_fn
