@@ -32,9 +32,12 @@ from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.train_kernels import TrainKernels
 from neural_tangents._src.predict.low_rank import low_rank_gradient_descent_mse
 from neural_tangents._src.predict.low_rank import LowRankKernel
+from neural_tangents._src.utils import linalg
+from neural_tangents._src.utils import precision
 from neural_tangents._src.utils.typing import Axes
 
 
+@precision.library_precision
 def gradient_descent_mse(
     k_train_train: Array,
     y_train: Array,
@@ -167,6 +170,7 @@ def gradient_descent_mse(
                        trace_axes=trace_axes)
   flow = _Flow(learning_rate / y_train.size, dtype, out_dtype)
 
+  @precision.library_precision
   def predict_fn(
       t: Optional[ArrayOrScalar] = None,
       fx_train_0: Optional[ArrayOrScalar] = 0.,
@@ -316,6 +320,7 @@ def _cast(x: Optional[Array], dtype: Any) -> Optional[Array]:
   return x.astype(dtype)
 
 
+@precision.library_precision
 def max_learning_rate(
     ntk_train_train: Array,
     y_train_size: Optional[int] = None,
@@ -376,6 +381,6 @@ def max_learning_rate(
   k = kernel_to_matrix(k.astype(jnp.result_type(k.dtype, float)),
                        k.ndim // 2 - 1)
   size = k.shape[0] if y_train_size is None else y_train_size
-  max_eval = jnp.linalg.eigvalsh((k + k.T) / 2)[-1]
+  max_eval = linalg.eigvalsh((k + k.T) / 2)[-1]
   lr = 2. * (1. + momentum) * size / (max_eval + eps)
   return lr if isinstance(lr, jax.core.Tracer) else float(lr)

@@ -58,6 +58,7 @@ from neural_tangents._src.predict.kernel_rows import rows_of
 from neural_tangents._src.predict.kernel_rows import to_device
 from neural_tangents._src.predict.options import solve_options
 from neural_tangents._src.predict.options import SolveOptions
+from neural_tangents._src.utils import linalg
 
 
 Array = Any  # jax.Array, np.ndarray or np.memmap.
@@ -214,7 +215,7 @@ def eigh_psd(k: Array, name: str = 'k_train_train',
   beyond round-off; `diag_reg`, `scale` and `absolute` only word it.
   """
   k = (k + k.T) / 2
-  evals, evecs = jnp.linalg.eigh(k)
+  evals, evecs = linalg.eigh(k)
   cutoff = _noise_cutoff(k.shape[0], evals.dtype, evals[-1])
   if not is_traced(evals):
     lambda_min, lambda_max = float(evals[0]), float(evals[-1])
@@ -260,7 +261,7 @@ class CholeskySolver:
       b = np.asarray(b, self.factor.dtype)
       return to_device(scipy.linalg.cho_solve((self.factor, True), b,
                                               check_finite=False))
-    return jax.scipy.linalg.cho_solve((self.factor, True), b)
+    return linalg.cho_solve(self.factor, b)
 
   def half_solve(self, b: Array) -> Array:
     """`L^{-1} b`, so that `(L^{-1} b)^T (L^{-1} b) = b^T (K + r I)^{-1} b`."""
@@ -268,7 +269,7 @@ class CholeskySolver:
       b = np.asarray(b, self.factor.dtype)
       return to_device(scipy.linalg.solve_triangular(
           self.factor, b, lower=True, check_finite=False))
-    return jax.scipy.linalg.solve_triangular(self.factor, b, lower=True)
+    return linalg.solve_lower_triangular(self.factor, b)
 
 
 def _host_cholesky(k: Any, reg: float, dtype: np.dtype) -> Optional[np.ndarray]:
@@ -299,7 +300,7 @@ def _device_cholesky(k: Array, reg: Any) -> Array:
 @jax.jit
 def _jit_cholesky(k: Array, reg: Array) -> Array:
   n = k.shape[0]
-  return jnp.linalg.cholesky(k + reg * jnp.eye(n, dtype=k.dtype))
+  return linalg.cholesky(k + reg * jnp.eye(n, dtype=k.dtype))
 
 
 # Conjugate gradients.
@@ -644,7 +645,8 @@ def _factorize(k: Any, options: SolveOptions, name: str) -> Solver:
 
   dtype = compute_dtype(k.dtype)
   if solver == 'cholesky' and not is_traced(k):
-    if on_host(k):
+    # float64 on a TPU: XLA has no Cholesky there, SciPy factors it.
+    if on_host(k) or linalg.factored_on_host(k):
       factor = _host_cholesky(np.asarray(k), float(reg), dtype)
       if factor is not None:
         return CholeskySolver(factor, on_host=True)

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.utils import backends
+
 Array = jax.Array
 
 # Cephes `atanf`: atan(x) = x + x z P(z), z = x^2, for |x| <= tan(pi / 8).
@@ -80,6 +82,15 @@ def _atan_ratio(num: Array, den: Array) -> Array:
   return jnp.where(reduce, hi + (atan + lo), atan)
 
 
+def _signbit(x: Array) -> Array:
+  """`jnp.signbit(x)`; for float64 emulated by float32 pairs (`backends`),
+  which has no IEEE bits to read, that of `x` rounded to float32 (the same
+  sign, -0 included)."""
+  if backends.float64_emulated(x.dtype):
+    return jnp.signbit(x.astype(np.float32))
+  return jnp.signbit(x)
+
+
 @jax.custom_jvp
 def arctan2(y: Array, x: Array) -> Array:
   """`jnp.arctan2(y, x)`, computed with vectorizable arithmetic.
@@ -100,10 +111,10 @@ def arctan2(y: Array, x: Array) -> Array:
   a = _atan_ratio(num, den)
   hi, lo = _split(np.pi / 2, compute)
   a = jnp.where(swap, (hi - a) + lo, a)
-  a = jnp.where(jnp.signbit(x), (2 * hi - a) + 2 * lo, a)
+  a = jnp.where(_signbit(x), (2 * hi - a) + 2 * lo, a)
   # NaN in, NaN out (the comparisons above would otherwise hide it).
   a = jnp.where(jnp.isnan(x) | jnp.isnan(y), np.nan, a)
-  return jnp.where(jnp.signbit(y), -a, a).astype(dtype)
+  return jnp.where(_signbit(y), -a, a).astype(dtype)
 
 
 @arctan2.defjvp

@@ -4,13 +4,28 @@ Multiplying or dividing by a power of 2 is exact in binary floating point (in
 the normal range), so a formula evaluated on rescaled arguments and scaled
 back loses nothing to the rescaling, while the products inside it (of two
 variances, of two input entries) no longer over- or underflow.
+
+Powers of 2 are built from, and exponents read off, the bits of the float.
+float64 on a TPU is emulated by float32 pairs, with float32's exponent range
+and no IEEE float64 bits (`backends`): there they go through float32, which
+holds every power of 2 that emulated float64 can.
 """
 import jax
 from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_tangents._src.utils import backends
+
 Array = jax.Array
+
+
+def _bits_dtype(dtype) -> np.dtype:
+  """The float type whose bits encode powers of 2 of `dtype` here: float32
+  for float64 emulated by float32 pairs (`backends`), else `dtype`."""
+  if backends.float64_emulated(dtype):
+    return np.dtype(np.float32)
+  return np.dtype(dtype)
 
 
 def _int_dtype(dtype) -> np.dtype:
@@ -31,12 +46,14 @@ def power_of_two(exponent: Array, dtype) -> Array:
     >>> power_of_two(jnp.array([3, 1000]), jnp.float32)
     Array([8.0000000e+00, 1.7014118e+38], dtype=float32)
   """
-  info = jnp.finfo(dtype)
-  int_dtype = _int_dtype(dtype)
+  bits_dtype = _bits_dtype(dtype)
+  info = jnp.finfo(bits_dtype)
+  int_dtype = _int_dtype(bits_dtype)
   exponent = jnp.minimum(jnp.maximum(exponent, info.minexp), info.maxexp - 1)
   biased = lax.convert_element_type(exponent, int_dtype) + (info.maxexp - 1)
-  return lax.bitcast_convert_type(
-      lax.shift_left(biased, np.array(info.nmant, int_dtype)), np.dtype(dtype))
+  power = lax.bitcast_convert_type(
+      lax.shift_left(biased, np.array(info.nmant, int_dtype)), bits_dtype)
+  return power.astype(dtype)
 
 
 def power_of_two_exponent(p: Array) -> Array:
@@ -48,9 +65,11 @@ def power_of_two_exponent(p: Array) -> Array:
     >>> power_of_two_exponent(jnp.array([8., 0.25]))
     Array([ 3, -2], dtype=int32)
   """
-  info = jnp.finfo(p.dtype)
-  int_dtype = _int_dtype(p.dtype)
-  bits = lax.bitcast_convert_type(lax.stop_gradient(p), int_dtype)
+  bits_dtype = _bits_dtype(p.dtype)
+  info = jnp.finfo(bits_dtype)
+  int_dtype = _int_dtype(bits_dtype)
+  p = lax.stop_gradient(p).astype(bits_dtype)  # Exact: a power of 2.
+  bits = lax.bitcast_convert_type(p, int_dtype)
   biased = lax.shift_right_logical(bits, np.array(info.nmant, int_dtype))
   return (biased - (info.maxexp - 1)).astype(np.int32)
 
@@ -67,7 +86,14 @@ def exponent_of(x: Array) -> Array:
     >>> exponent_of(jnp.array([1., 3., 0.25]))
     Array([ 1,  2, -1], dtype=int32)
   """
-  return jnp.frexp(lax.stop_gradient(x))[1]
+  x = lax.stop_gradient(x)
+  if not backends.float64_emulated(x.dtype):
+    return jnp.frexp(x)[1]
+  # Emulated float64: `x` rounded to float32 has the same exponent, or one
+  # more where the rounding carried up to the next power of 2.
+  exponent = jnp.frexp(x.astype(np.float32))[1]
+  below = jnp.abs(x) < power_of_two(exponent - 1, x.dtype)
+  return jnp.where(below & (x != 0), exponent - 1, exponent)
 
 
 def scale_above(x: Array) -> Array:

@@ -15,13 +15,15 @@ Example:
 import jax
 import jax.numpy as jnp
 
+from neural_tangents._src.utils import linalg
+
 Array = jax.Array
 
 
 def gram_features(k: Array) -> Array:
   """`(R, R)` features `F` with `F F^T = k`, for a PSD `(R, R)` matrix `k`."""
   k = (k + k.T) / 2
-  eigenvalues, eigenvectors = jnp.linalg.eigh(k)
+  eigenvalues, eigenvectors = linalg.eigh(k)
   return eigenvectors * jnp.sqrt(jnp.maximum(eigenvalues, 0))[None, :]
 
 
