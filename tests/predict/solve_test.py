@@ -6,6 +6,7 @@ import collections
 import os
 import tempfile
 import tracemalloc
+from unittest import mock
 import warnings
 
 from absl.testing import absltest
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents import predict
+from neural_tangents._src.predict import kernel_rows
 from neural_tangents._src.predict import solve
 from tests import test_utils
 
@@ -146,6 +148,31 @@ class HostKernelsTest(test_utils.NeuralTangentsTestCase):
       self.assertTrue(solver.info.converged)
       its.append(solver.info.iterations)
     self.assertLess(its[1], its[0] / 2)
+
+  def test_device_kernel_rows_compile_once(self):
+    # A kernel on an accelerator: its preconditioner reads 30 single rows,
+    # by one program (a slice per start compiled 30, minutes on a TPU).
+    k, y, k_t, _ = _problem(n=80)
+    expected = self._expected(k.nngp, y, k_t.nngp)
+    traces = []
+    slice_rows = jax.lax.dynamic_slice_in_dim
+
+    def counted(*args, **kwargs):
+      traces.append(1)
+      return slice_rows(*args, **kwargs)
+
+    with mock.patch.object(kernel_rows, 'on_host',
+                           lambda k: isinstance(k, np.ndarray)), \
+        mock.patch.object(jax.lax, 'dynamic_slice_in_dim', counted):
+      kernel_rows._device_rows.clear_cache()
+      predict_fn = predict.gp_inference(
+          jnp.asarray(k.nngp), y, diag_reg=1e-3, solver='cg', tol=1e-11,
+          preconditioner_rank=30)
+      self.assertAllClose(predict_fn('nngp', k_t.nngp), expected, rtol=1e-8,
+                          atol=1e-8)
+    self.assertLen(traces, 1)
+    np.testing.assert_array_equal(
+        kernel_rows.rows_of(jnp.asarray(k.nngp), 5, 8), k.nngp[5:8])
 
   def test_float32_kernel_reaches_float64_residuals(self):
     k, y, _, _ = _problem(n=120)
