@@ -26,6 +26,8 @@ from neural_tangents._src.predict import gradient_descent
 from neural_tangents._src.predict import gradient_descent_mse
 from neural_tangents._src.predict import gradient_descent_mse_ensemble
 from neural_tangents._src.predict import KernelRows
+from neural_tangents._src.predict import log_marginal_likelihood
+from neural_tangents._src.predict import LogMarginalLikelihood
 from neural_tangents._src.predict import LowRankKernel
 from neural_tangents._src.predict import max_learning_rate
 from neural_tangents._src.predict import ODEState

@@ -377,7 +377,9 @@ def Rbf(gamma: float = 1.0) -> Layer:
   if isinstance(gamma, (int, float)) and not gamma > 0:
     raise ValueError(f'`gamma` of `Rbf` must be > 0 (an inverse length '
                      f'scale); got {gamma!r}. Pass e.g. `Rbf(gamma=1.)`.')
-  a, b, c = math.sqrt(2.), math.sqrt(2. * gamma), math.pi / 4
+  # `jnp.sqrt` for a traced `gamma` (a hyperparameter being fitted).
+  sqrt = jnp.sqrt if isinstance(gamma, jax.core.Tracer) else math.sqrt
+  a, b, c = math.sqrt(2.), sqrt(2. * gamma), math.pi / 4
   return elementwise(lambda x: a * jnp.sin(b * x + c), sin_kernel_map(a, b, c),
                      'Rbf')
 

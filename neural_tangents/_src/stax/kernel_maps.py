@@ -361,8 +361,11 @@ def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
   exponents are `<= 0` (`|c| <= (q1 + q2) / 2`), so nothing overflows or
   cancels (for `shift = 0` the NNGP is `a^2 S`).
   """
-  sin2 = _snapped_square(math.sin(shift), shift)
-  cos2 = _snapped_square(math.cos(shift), shift)
+  if isinstance(shift, jax.core.Tracer):  # A hyperparameter being fitted.
+    sin2, cos2 = jnp.sin(shift)**2, jnp.cos(shift)**2
+  else:
+    sin2 = _snapped_square(math.sin(shift), shift)
+    cos2 = _snapped_square(math.cos(shift), shift)
 
   def kernel_map(q1, q2, c, compute_dot):
     t = b**2 * jnp.abs(c)
