@@ -21,6 +21,8 @@ Example:
 """
 # pylint: disable=unused-import
 from neural_tangents._src.predict import Gaussian
+from neural_tangents._src.predict import FitResult
+from neural_tangents._src.predict import fit_hyperparameters
 from neural_tangents._src.predict import gp_inference
 from neural_tangents._src.predict import gradient_descent
 from neural_tangents._src.predict import gradient_descent_mse

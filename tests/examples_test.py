@@ -70,6 +70,15 @@ class ExamplesTest(absltest.TestCase):
     self.assertGreater(number(r'NNGP test accuracy: ([\d.]+)', out), 0.6)
     self.assertGreater(number(r'NTK test accuracy: ([\d.]+)', out), 0.6)
 
+  def test_fitted_hyperparameters_beat_the_defaults(self):
+    out = run_example('fit_hyperparameters', '--train_size=100',
+                      '--test_size=100', '--maxiter=8')
+    nll = {name: number(name + r': test NLL (\S+),', out)
+           for name in ('relu_defaults', 'relu_fitted', 'rbf_fitted')}
+    self.assertLess(nll['relu_fitted'], nll['relu_defaults'])
+    self.assertLess(nll['rbf_fitted'], nll['relu_defaults'])
+    self.assertGreater(number(r'relu_fitted: .*accuracy (\S+)', out), 0.5)
+
   def test_weight_space_network_tracks_its_linearization(self):
     out = run_example('weight_space', '--train_size=64', '--test_size=64',
                       '--width=512', '--steps=20', '--print_every=10')

@@ -135,5 +135,41 @@ class ExactLikelihoodTest(test_utils.NeuralTangentsTestCase):
                                  base - y.shape[0] * np.log(s), rtol=1e-10)
 
 
+class FitTest(test_utils.NeuralTangentsTestCase):
+
+  def test_fit_compiles_once_and_improves(self):
+    make, shape = _NETS['rbf_erf']
+    rng = np.random.RandomState(1)
+    x = rng.randn(*shape)
+    y = np.sin(x[:, :1]) + 0.1 * rng.randn(shape[0], 1)
+    traces = []
+
+    def kernel_fn_of(hp):
+      traces.append(1)  # Runs when the objective is traced.
+      return make(dict(hp, W_std=1.3, b_std=0.2))[2]
+
+    init = {'gamma': 2., 'diag_reg': 0.5}
+    fit = nt.predict.fit_hyperparameters(kernel_fn_of, x, y, init,
+                                         maxiter=15)
+    self.assertLen(traces, 1)
+    self.assertGreater(fit.iterations, 1)
+    self.assertGreater(fit.log_likelihood, fit.initial_log_likelihood + 1.)
+    # The reported values are the likelihood at the fitted hyperparameters.
+    k = make(dict(fit.hyperparameters, W_std=1.3, b_std=0.2))[2](
+        x, None, 'nngp')
+    np.testing.assert_allclose(
+        nt.predict.log_marginal_likelihood(
+            k, y, fit.hyperparameters['diag_reg']).total,
+        fit.log_likelihood, rtol=1e-10)
+
+  def test_bad_init_raises(self):
+    of = lambda hp: _fcn(dict(hp, b_std=0.1))[2]
+    x, y = np.ones((3, 2)), np.ones((3, 1))
+    with self.assertRaisesRegex(ValueError, 'positive'):
+      nt.predict.fit_hyperparameters(of, x, y, {'W_std': -1.})
+    with self.assertRaisesRegex(ValueError, 'non-empty dict'):
+      nt.predict.fit_hyperparameters(of, x, y, {})
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -11,7 +11,7 @@ prediction function), `flow` (relaxation of the gradient flow and posterior
 covariances), `mse`
 (`gradient_descent_mse`, `max_learning_rate`), `ensemble`
 (`gradient_descent_mse_ensemble`), `gp` (`gp_inference`), `likelihood`
-(`log_marginal_likelihood`), `ode_descent`
+(`log_marginal_likelihood`, `fit_hyperparameters`), `ode_descent`
 (`gradient_descent` on any loss, `ODEState`) and `low_rank` (`LowRankKernel`,
 train kernels `F F^T` solved in feature space). The public names are
 re-exported here; the helpers that modules share have public names in the
@@ -75,6 +75,8 @@ from neural_tangents._src.predict.ensemble import gradient_descent_mse_ensemble
 from neural_tangents._src.predict.gp import gp_inference
 from neural_tangents._src.predict.layout import Array
 from neural_tangents._src.predict.layout import ArrayOrScalar
+from neural_tangents._src.predict.likelihood import fit_hyperparameters
+from neural_tangents._src.predict.likelihood import FitResult
 from neural_tangents._src.predict.likelihood import log_marginal_likelihood
 from neural_tangents._src.predict.likelihood import LogMarginalLikelihood
 from neural_tangents._src.predict.low_rank import LowRankKernel
