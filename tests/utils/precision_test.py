@@ -131,6 +131,19 @@ class UserPrecisionTest(test_utils.NeuralTangentsTestCase):
     self.assertNotEmpty(found)
     self.assertFalse(any(p == highest for p in found), found)
 
+  def test_feature_maps_run_highest(self):
+    from neural_tangents.experimental import features  # pylint: disable=g-import-not-at-top
+    init_fn, feature_fn = features.serial(features.DenseFeatures(8),
+                                          features.ReluFeatures(),
+                                          features.DenseFeatures(1))
+    x = jnp.ones((3, 4), jnp.float32)
+    _, params = init_fn(jax.random.PRNGKey(0), x.shape)
+    found = self._traced_precisions(
+        lambda x: feature_fn(x, params).nngp_feat, x)
+    self.assertNotEmpty(found)
+    highest = (jax.lax.Precision.HIGHEST,) * 2
+    self.assertTrue(all(p == highest for p in found), found)
+
   def test_explicit_precision_of_f_is_kept(self):
     apply_fn = lambda p, x: jnp.dot(x, p, precision=jax.lax.Precision.DEFAULT)
     ntk_fn = nt.empirical_ntk_fn(apply_fn, implementation=1)

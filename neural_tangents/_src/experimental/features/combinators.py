@@ -5,6 +5,7 @@ from jax import random
 
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
+from neural_tangents._src.utils import precision
 
 
 def serial(*layers: FeatureLayer) -> FeatureLayer:
@@ -60,4 +61,5 @@ def serial(*layers: FeatureLayer) -> FeatureLayer:
       f = fn(f, p, **kwargs)
     return f
 
-  return init_fn, feature_fn
+  # float32-accurate products on every backend (see `utils/precision`).
+  return init_fn, precision.library_precision(feature_fn)
