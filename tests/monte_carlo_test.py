@@ -410,7 +410,10 @@ class ErrorsTest(test_utils.NeuralTangentsTestCase):
 
   def test_bad_get(self):
     x1, x2 = _inputs()
-    with self.assertRaisesRegex(ValueError, r"`get='cov1'`.*pass 'nngp'"):
+    with self.assertRaisesRegex(
+        ValueError, r"^`get='cov1'` asks for 'cov1', which is not available "
+        r"here\. A Monte Carlo estimate has 'nngp' and 'ntk': pass one of "
+        r"them, a tuple of them, or None for both\.$"):
       self._kernel_fn(2)(x1, x2, 'cov1')
 
   def test_batch_size_and_device_count(self):
