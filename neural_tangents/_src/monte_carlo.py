@@ -176,6 +176,9 @@ def monte_carlo_kernel_fn(
     for lo in range(start, stop, step):
       hi = min(lo + step, stop)
       total = _add(total, partial_sum(x1, x2, get, lo, hi, kwargs))
+      # JAX dispatches asynchronously: without waiting, the bar would reach
+      # its end long before the samples are computed.
+      total = jax.block_until_ready(total)
       bar.update(hi - lo)
     return total
 
