@@ -466,6 +466,26 @@ class ProgressTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(k.nngp, plain.nngp)
     self.assertAllClose(k.ntk, plain.ntk)
 
+  def test_progress_counts_computed_samples(self):
+    # JAX dispatches asynchronously: each update must follow a wait for the
+    # samples it counts, or the bar ends before they are computed.
+    x1, x2 = _inputs()
+    events = []
+    ready = jax.block_until_ready
+
+    def wait(x):
+      events.append('ready')
+      return ready(x)
+
+    with self._fake_tqdm(events), absltest.mock.patch.object(
+        jax, 'block_until_ready', wait):
+      nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply, _KEY, 6,
+                               progress=True)(x1, x2, 'ntk')
+    updates = [i for i, e in enumerate(events) if isinstance(e, int)]
+    self.assertLen(updates, 6)
+    for i in updates:
+      self.assertEqual(events[i - 1], 'ready', msg=events)
+
   def test_progress_over_a_generator(self):
     x1, x2 = _inputs()
     counts = (2, 5)
