@@ -28,6 +28,30 @@ EXAMPLES_REQUIRE = [
     'tqdm>=4',
 ]
 
+# What the notebooks import, and Jupyter to run them (`jupyter lab notebooks/`,
+# `jupyter nbconvert --to script`).
+NOTEBOOKS_RUN = [
+    'flax>=0.10',
+    'matplotlib>=3.7',
+    'scikit-learn>=1.2',
+    'tqdm>=4',
+]
+NOTEBOOKS_REQUIRE = ['jupyter>=1.1'] + NOTEBOOKS_RUN
+
+# `python -m sphinx -W -b html docs docs/_build/html`: Sphinx, and what it
+# needs to execute the notebooks it shows (docs/requirements.txt pins the
+# versions CI builds with). No test-only package.
+DOCS_REQUIRE = [
+    'alabaster>=0.7',
+    'ipykernel>=6',
+    'jupyter-cache>=1',
+    'myst-nb>=1.1',
+    'myst-parser>=3',
+    'nbclient>=0.8',
+    'nbformat>=5.7',
+    'sphinx>=7',
+] + NOTEBOOKS_RUN
+
 # tests/ also runs every example and notebook.
 TESTS_REQUIRE = [
     'absl-py>=1.0',
@@ -46,6 +70,11 @@ setuptools.setup(
     name='neural-tangents',
     version=_version(),
     license='Apache 2.0',
+    author='Neural Tangents, maintained contributors',
+    project_urls={
+        'Paper': 'https://arxiv.org/abs/1912.02803',
+    },
+    keywords='neural tangent kernel, NNGP, infinite width, JAX',
     description=('Fast and easy infinite neural networks in Python, '
                  'maintained for current JAX.'),
     long_description=open('README.md').read(),
@@ -57,6 +86,8 @@ setuptools.setup(
     extras_require={
         'test': TESTS_REQUIRE,
         'examples': EXAMPLES_REQUIRE,
+        'notebooks': NOTEBOOKS_REQUIRE,
+        'docs': DOCS_REQUIRE,
         'progress': ['tqdm>=4'],
         # `nt.batch(..., store=path)`: the resumable on-disk kernel.
         'store': ['zarr>=3'],
@@ -67,7 +98,12 @@ setuptools.setup(
         'tf': ['tensorflow>=2.16', 'tf2jax>=0.3.6'],
     },
     classifiers=[
+        'Intended Audience :: Science/Research',
         'Programming Language :: Python :: 3',
+        'Programming Language :: Python :: 3 :: Only',
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
+        'Programming Language :: Python :: 3.13',
         'License :: OSI Approved :: Apache Software License',
         'Topic :: Scientific/Engineering :: Artificial Intelligence',
     ],

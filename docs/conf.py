@@ -1,14 +1,15 @@
 """Sphinx configuration: `sphinx-build -W -b html docs docs/_build/html`."""
 import os
 import re
-import shutil
 import sys
 
 _DOCS = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_DOCS)
 sys.path.insert(0, _ROOT)  # Document this checkout, not an installed copy.
+sys.path.insert(0, _DOCS)
 
 import neural_tangents  # pylint: disable=g-import-not-at-top,wrong-import-position
+import notebook_pages  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 project = 'Neural Tangents, maintained'
 author = 'Neural Tangents, maintained contributors'
@@ -16,7 +17,7 @@ copyright = '2026, ' + author  # pylint: disable=redefined-builtin
 release = neural_tangents.__version__
 
 extensions = [
-    'myst_nb',  # Markdown (MyST) pages and the notebooks, not re-executed.
+    'myst_nb',  # Markdown (MyST) pages and the notebooks.
     'sphinx.ext.autodoc',
     'sphinx.ext.napoleon',
     'sphinx.ext.viewcode',
@@ -24,7 +25,17 @@ extensions = [
 source_suffix = {'.rst': 'restructuredtext', '.md': 'myst-nb',
                  '.ipynb': 'myst-nb'}
 exclude_patterns = ['_build', 'requirements.txt']
-nb_execution_mode = 'off'  # CI executes the notebooks in tests/.
+# Notebooks show their outputs: those of tests/notebooks_test.py where it ran
+# on the same code cells, else executed here in small mode and cached (see
+# notebook_pages.py).
+nb_execution_mode = 'cache'
+nb_execution_cache_path = os.path.join(_ROOT, 'build', 'jupyter_cache')
+nb_execution_timeout = 600  # Seconds per cell.
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+# Progress bars (stderr) are for interactive runs: one output block per
+# update on a static page. Figures and printed results stay.
+nb_output_stderr = 'remove'
 myst_heading_anchors = 3
 
 autodoc_default_options = {'members': True, 'member-order': 'bysource'}
@@ -78,14 +89,24 @@ def _process_docstring(app, what, name, obj, options, lines):
   lines[:] = display_blocks_as_literals(lines)
 
 
+def _check_notebook_figures(app, exception):
+  if exception is None and app.builder.format == 'html':
+    notebook_pages.check_figures(_NOTEBOOK_DST, app.outdir)
+
+
 def setup(app):
   # Before napoleon (priority 500), on the Google-style text.
   app.connect('autodoc-process-docstring', _process_docstring, priority=400)
+  app.connect('build-finished', _check_notebook_figures)
 
 
 # The notebooks live in notebooks/; Sphinx reads sources under docs/ only.
-_NOTEBOOK_SRC = os.path.join(_ROOT, 'notebooks')
+# Those executed here run on this checkout, in small mode, with inline figures.
 _NOTEBOOK_DST = os.path.join(_DOCS, 'notebooks')
-shutil.rmtree(_NOTEBOOK_DST, ignore_errors=True)
-shutil.copytree(_NOTEBOOK_SRC, _NOTEBOOK_DST,
-                ignore=shutil.ignore_patterns('.ipynb_checkpoints'))
+notebook_pages.copy_notebooks(os.path.join(_ROOT, 'notebooks'),
+                              os.path.join(_ROOT, 'build', 'notebooks'),
+                              _NOTEBOOK_DST)
+os.environ.setdefault('NT_NOTEBOOK_SIZE', 'small')
+os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'
+os.environ['PYTHONPATH'] = os.pathsep.join(
+    p for p in (_ROOT, os.environ.get('PYTHONPATH')) if p)

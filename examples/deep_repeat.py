@@ -71,6 +71,8 @@ def run(dataset: str, train_size: int, depth: int,
 
   repeat_fn, serial_fn = kernel_fns(serial_depth)
   compiled_repeat, repeat_seconds = compile_ntk(repeat_fn, x)
+  print(f'depth {serial_depth}: compiling the unrolled serial network (its '
+        'compile time grows with depth)...', flush=True)
   compiled_serial, serial_seconds = compile_ntk(serial_fn, x)
   a, b = compiled_repeat(x), compiled_serial(x)
   difference = float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
@@ -88,4 +90,8 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
+  # JAX logs at INFO level each backend it probes ("Unable to initialize
+  # backend 'tpu'"): show its warnings and errors only
+  # (`--logger_levels=jax:INFO` shows all).
+  flags.FLAGS.set_default('logger_levels', 'jax:WARNING')
   app.run(main)

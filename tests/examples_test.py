@@ -3,7 +3,8 @@
 Each example runs in its own process (as a user runs it), with this checkout
 first on `PYTHONPATH`; the checks are on its printed numbers: accuracies
 above chance, differences between methods that compute the same thing below
-a tolerance.
+a tolerance. None prints INFO log lines (JAX logs at INFO each backend it
+probes, "Unable to initialize backend 'tpu'", which reads like an error).
 """
 import importlib.util
 import os
@@ -17,6 +18,8 @@ import numpy as np
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_ROOT, 'examples')
 _TIMEOUT_S = 600
+# An absl log line of level INFO: `I1207 12:00:00.000000 1234 file.py:849] ...`.
+_INFO_LOG_LINE = re.compile(r'^I\d{4} [\d:.]+ +\d+ \S+:\d+\] .*$', re.M)
 
 try:
   import sklearn  # pylint: disable=g-import-not-at-top,unused-import
@@ -38,6 +41,10 @@ def run_example(name: str, *flags: str) -> str:
     raise AssertionError(f'examples/{name}.py {" ".join(flags)} exited with '
                          f'{process.returncode}:\n{process.stdout}\n'
                          f'{process.stderr[-4000:]}')
+  info_lines = _INFO_LOG_LINE.findall(process.stderr)
+  if info_lines:  # e.g. JAX's "Unable to initialize backend 'tpu'".
+    raise AssertionError(f'examples/{name}.py printed INFO log lines, which '
+                         f'read like errors: {info_lines}')
   return process.stdout
 
 
@@ -105,6 +112,10 @@ class ExamplesTest(absltest.TestCase):
     difference = number(r'test output: ([\d.]+)', out)
     scale = number(r'max \|output\| ([\d.]+)', out)
     self.assertLess(difference, 0.2 * scale)
+    # Without one network's random initial function, accuracy is higher.
+    mean_acc = number(r'\(f_0 = 0\) predict reaches test accuracy (\d\.\d+)',
+                      out)
+    self.assertGreater(mean_acc, max(0.6, pred_acc))
 
   def test_elementwise_closed_forms_match_quadrature_and_monte_carlo(self):
     out = run_example('elementwise', '--train_size=4', '--n_samples=8',
@@ -149,6 +160,7 @@ class ExamplesTest(absltest.TestCase):
     out = run_example('deep_repeat', '--train_size=4', '--depth=1000',
                       '--serial_depth=10')
     self.assertIn('repeat, depth 1000: compiled in', out)
+    self.assertIn('depth 10: compiling the unrolled serial network', out)
     self.assertTrue(0 < number(r'NTK diagonal mean ([\d.]+)', out) < 1e3)
     self.assertLess(number(r'NTK: ([\d.e+-]+)', out), 1e-3)
 

@@ -410,7 +410,10 @@ class ErrorsTest(test_utils.NeuralTangentsTestCase):
 
   def test_bad_get(self):
     x1, x2 = _inputs()
-    with self.assertRaisesRegex(ValueError, r"`get='cov1'`.*pass 'nngp'"):
+    with self.assertRaisesRegex(
+        ValueError, r"^`get='cov1'` asks for 'cov1', which is not available "
+        r"here\. A Monte Carlo estimate has 'nngp' and 'ntk': pass one of "
+        r"them, a tuple of them, or None for both\.$"):
       self._kernel_fn(2)(x1, x2, 'cov1')
 
   def test_batch_size_and_device_count(self):
@@ -462,6 +465,26 @@ class ProgressTest(test_utils.NeuralTangentsTestCase):
     self.assertEqual(updates[-1], 'closed')
     self.assertAllClose(k.nngp, plain.nngp)
     self.assertAllClose(k.ntk, plain.ntk)
+
+  def test_progress_counts_computed_samples(self):
+    # JAX dispatches asynchronously: each update must follow a wait for the
+    # samples it counts, or the bar ends before they are computed.
+    x1, x2 = _inputs()
+    events = []
+    ready = jax.block_until_ready
+
+    def wait(x):
+      events.append('ready')
+      return ready(x)
+
+    with self._fake_tqdm(events), absltest.mock.patch.object(
+        jax, 'block_until_ready', wait):
+      nt.monte_carlo_kernel_fn(_linear_init, _noisy_linear_apply, _KEY, 6,
+                               progress=True)(x1, x2, 'ntk')
+    updates = [i for i, e in enumerate(events) if isinstance(e, int)]
+    self.assertLen(updates, 6)
+    for i in updates:
+      self.assertEqual(events[i - 1], 'ready', msg=events)
 
   def test_progress_over_a_generator(self):
     x1, x2 = _inputs()

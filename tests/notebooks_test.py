@@ -3,8 +3,10 @@
 Each notebook reads `NT_NOTEBOOK_SIZE=small` in its first cell and shrinks its
 problem. The notebooks are committed without outputs; the PNG figures of this
 run are written to `$NT_NOTEBOOK_FIGURES` (default `build/notebook_figures/`)
-so that they can be looked at. Every cell that draws a figure sets a title
-and axis labels.
+so that they can be looked at, and each notebook that ran without error, with
+its outputs, to `build/notebooks/`, where the docs build takes it (see
+`docs/notebook_pages.py`). Every cell that draws a figure sets a title and
+axis labels.
 """
 import base64
 import glob
@@ -27,6 +29,10 @@ try:
   _MISSING = None
 except ImportError as e:
   _MISSING = str(e)
+
+
+def _executed_dir() -> str:
+  return os.path.join(_ROOT, 'build', 'notebooks')
 
 
 def _figure_dir() -> str:
@@ -59,6 +65,13 @@ class NotebooksTest(parameterized.TestCase):
       if cell.cell_type == 'code':
         self.assertEmpty(cell.outputs, msg=f'{name}: strip outputs')
         self.assertIsNone(cell.execution_count, msg=name)
+
+  @parameterized.named_parameters((name, name) for name in _NOTEBOOKS)
+  def test_exports_to_a_python_script(self, name):
+    # `jupyter nbconvert --to script` names the file by this extension.
+    language = _read(name).metadata.language_info
+    self.assertEqual((language.name, language.file_extension),
+                     ('python', '.py'), msg=name)
 
   @parameterized.named_parameters((name, name) for name in _NOTEBOOKS)
   def test_plots_have_title_and_axis_labels(self, name):
@@ -98,6 +111,8 @@ class NotebooksTest(parameterized.TestCase):
     text = '\n'.join(o.get('text', '') for c in notebook.cells
                      if c.cell_type == 'code' for o in c.outputs)
     self.assertNotRegex(text, r'\bnan\b', msg=f'{name} printed a NaN')
+    os.makedirs(_executed_dir(), exist_ok=True)
+    nbformat.write(notebook, os.path.join(_executed_dir(), f'{name}.ipynb'))
 
 
 if __name__ == '__main__':

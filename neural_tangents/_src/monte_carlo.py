@@ -176,6 +176,9 @@ def monte_carlo_kernel_fn(
     for lo in range(start, stop, step):
       hi = min(lo + step, stop)
       total = _add(total, partial_sum(x1, x2, get, lo, hi, kwargs))
+      # JAX dispatches asynchronously: without waiting, the bar would reach
+      # its end long before the samples are computed.
+      total = jax.block_until_ready(total)
       bar.update(hi - lo)
     return total
 
@@ -438,10 +441,8 @@ def _sample_counts(n_samples: Any) -> tuple[tuple[int, ...], bool]:
 
 def _check_get(get: Any) -> Any:
   """`get` as a hashable (static) argument: None, a name or a tuple of names."""
-  try:
-    names, single = arguments.parse_get(get, _KERNEL_NAMES)
-  except ValueError as e:
-    raise ValueError(
-        f'`get={get!r}` is not available from a Monte Carlo estimate; pass '
-        f"'nngp', 'ntk', a tuple of them, or None for both. {e}") from None
+  names, single = arguments.parse_get(
+      get, _KERNEL_NAMES,
+      fix="A Monte Carlo estimate has 'nngp' and 'ntk': pass one of them, a "
+      'tuple of them, or None for both.')
   return names[0] if single else names

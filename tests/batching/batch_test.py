@@ -370,6 +370,42 @@ class ProgressTest(BatchTestCase):
       nt.batch(kernel_fn, 3, progress=True)(x1, None, 'nngp')
     self.assertEqual(sum(updates), 6)  # 3 diagonal + 3 upper blocks of 3x3.
 
+  def test_progress_counts_computed_blocks(self):
+    # JAX dispatches asynchronously: each update must follow a wait for the
+    # block it counts, or the bar ends before the blocks are computed.
+    events = []
+    ready = jax.block_until_ready
+
+    def wait(x):
+      events.append('ready')
+      return ready(x)
+
+    class FakeBar:
+
+      def __init__(self, total, **kwargs):
+        del total, kwargs
+
+      def update(self, n):
+        events.append(n)
+
+      def refresh(self):
+        pass
+
+      def close(self):
+        pass
+
+    fake = types.ModuleType('tqdm')
+    fake.tqdm = FakeBar
+    _, _, kernel_fn = _network()
+    x1, _ = _inputs(7, 1)
+    with absltest.mock.patch.dict(sys.modules, {'tqdm': fake}), \
+        absltest.mock.patch.object(jax, 'block_until_ready', wait):
+      nt.batch(kernel_fn, 3, progress=True)(x1, None, 'nngp')
+    updates = [i for i, e in enumerate(events) if isinstance(e, int)]
+    self.assertLen(updates, 6)
+    for i in updates:
+      self.assertEqual(events[i - 1], 'ready', msg=events)
+
   def test_progress_without_tqdm_is_an_import_error(self):
     _, _, kernel_fn = _network()
     with absltest.mock.patch.dict(sys.modules, {'tqdm': None}):

@@ -17,6 +17,7 @@ import jax.scipy.linalg as jsp_linalg
 
 import neural_tangents as nt
 from neural_tangents import predict
+from neural_tangents import stax
 
 from tests import test_utils
 
@@ -399,10 +400,44 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
       predict.max_learning_rate(k, momentum=-0.1)
     with self.assertRaisesRegex(ValueError, 'infinite time'):
       predict.gradient_descent(lambda f, y: jnp.sum(f), k, y_train)(None)
-    with self.assertRaisesRegex(ValueError, '`get`'):
+    with self.assertRaisesRegex(ValueError, "`get='nntk'`"):
       predict.gp_inference(_Kernels(k, k), y_train)('nntk')
     with self.assertRaisesRegex(ValueError, '"ntk"'):
       predict.gp_inference(_Kernels(k, None), y_train)('ntk')
+
+  def test_unknown_get_message_says_it_once_with_the_choices(self):
+    k = _random_psd(jax.random.PRNGKey(13), 5)
+    predict_fn = predict.gp_inference(_Kernels(k, k), jnp.ones((5, 1)))
+    with self.assertRaises(ValueError) as e:
+      predict_fn('ntkk')
+    self.assertEqual(
+        str(e.exception),
+        "`get='ntkk'` asks for 'ntkk', which is not available here (did you "
+        "mean 'ntk'?). Pass one of ('nngp', 'ntk', 'ntkgp'), a tuple of "
+        "them, e.g. get=('nngp', 'ntk'), or None for all.")
+
+  def test_forgotten_flatten_names_the_cause_and_the_fix(self):
+    # `Dense` on (n, 2, 2, 3) images acts on the channel axis: the kernel
+    # keeps the two spatial axes of both inputs, (n, n, 2, 2, 2, 2), where
+    # `y_train` of shape (n, 2) needs (n, n).
+    _, _, kernel_fn = stax.serial(stax.Dense(4), stax.Relu(), stax.Dense(1))
+    x_train = jax.random.normal(jax.random.PRNGKey(0), (3, 2, 2, 3))
+    y_train = jnp.ones((3, 2))
+    fix = (r'\(3, 3, 2, 2, 2, 2\).*needs a kernel of shape \(3, 3\).*Its 4 '
+           r'extra axes are likely the spatial axes.*add `stax\.Flatten\(\)` '
+           r'\(or a pooling layer')
+    with self.assertRaisesRegex(ValueError, fix):
+      predict.gradient_descent_mse_ensemble(kernel_fn, x_train, y_train)(
+          None, x_train, 'ntk')
+    with self.assertRaisesRegex(ValueError, fix):
+      predict.gradient_descent_mse(kernel_fn(x_train, None, 'ntk'), y_train)
+    # With `Flatten`, the same call works.
+    _, _, kernel_fn = stax.serial(stax.Flatten(), stax.Dense(4), stax.Relu(),
+                                  stax.Dense(1))
+    mean = predict.gradient_descent_mse_ensemble(kernel_fn, x_train, y_train,
+                                                 diag_reg=1e-3)(
+                                                     None, x_train, 'ntk')
+    self.assertEqual(mean.shape, (3, 2))
 
   def test_error_messages_name_argument_value_and_fix(self):
     k = _random_psd(jax.random.PRNGKey(13), 5)
@@ -433,7 +468,8 @@ class SingularAndBadInputTest(test_utils.NeuralTangentsTestCase):
         ValueError, r'`k_train_train` contains NaN.*pass a finite kernel'):
       predict.gradient_descent_mse(k.at[0, 0].set(jnp.inf), y_train)
     with self.assertRaisesRegex(
-        ValueError, r"got 'nntk'.*Pass e\.g\. get=\"ntk\""):
+        ValueError, r"asks for 'nntk'.*\(did you mean 'ntk'\?\)\. Pass one "
+        r"of \('nngp', 'ntk', 'ntkgp'\)"):
       predict.gp_inference(_Kernels(k, k), y_train)('nntk')
     with self.assertRaisesRegex(
         ValueError, r'`k_test_train` has no "ntk" kernel \(got a _Kernels '
@@ -988,7 +1024,8 @@ class NtkGpTest(test_utils.NeuralTangentsTestCase):
     x_train, y_train, _ = _data(jax.random.PRNGKey(34))
     predict_fn = predict.gradient_descent_mse_ensemble(
         _relu_kernel_fn, x_train, y_train)
-    with self.assertRaisesRegex(ValueError, 'ntkgp.*got .ntk_gp'):
+    with self.assertRaisesRegex(ValueError,
+                                r"asks for 'ntk_gp'.*did you mean 'ntkgp'"):
       predict_fn(1., None, 'ntk_gp')
     with self.assertRaisesRegex(ValueError, 'ntkgp'):
       predict.gp_inference(jnp.eye(6), y_train)(('nngp', 'gp'))

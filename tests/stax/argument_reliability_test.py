@@ -35,7 +35,7 @@ class GetArgumentTest(test_utils.NeuralTangentsTestCase):
     for get in ((), []):
       with self.assertRaisesRegex(ValueError,
                                   r'`get=(\(\)|\[\])` is empty: it asks for '
-                                  r'nothing\..*Pass e\.g\. get="ntk"'):
+                                  r"nothing\. Pass one of \('nngp', 'ntk', "):
         self._kernel_fn()(x, None, get)
 
 

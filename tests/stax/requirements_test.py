@@ -67,9 +67,30 @@ class GetTest(test_utils.NeuralTangentsTestCase):
   def test_unknown_get_raises(self, get):
     _, _, kernel_fn = _net()
     x1, _ = _inputs()
-    with self.assertRaisesRegex(ValueError, r'`get` must be None, one of .*'
-                                r'nngp.*got .*Pass e\.g\. get="ntk"'):
+    with self.assertRaises(ValueError) as e:
       kernel_fn(x1, None, get)
+    message = str(e.exception)
+    self.assertRegex(message, r"`get.*Pass one of \('nngp', 'ntk', 'cov1', "
+                     r"'cov2'\), a tuple of them, e\.g\. get=\('nngp', 'ntk'\), "
+                     r"or None for the whole `nt\.Kernel`\.$")
+    # Metadata fields can be asked for (as published) but are no choices.
+    for field in ('x1_is_x2', 'is_gaussian', 'mask1', 'shape1'):
+      self.assertNotIn(field, message)
+
+  def test_unknown_get_message_says_it_once(self):
+    _, _, kernel_fn = _net()
+    x1, _ = _inputs()
+    with self.assertRaises(ValueError) as e:
+      kernel_fn(x1, None, 'ntkk')
+    self.assertEqual(
+        str(e.exception),
+        "`get='ntkk'` asks for 'ntkk', which is not available here (did you "
+        "mean 'ntk'?). Pass one of ('nngp', 'ntk', 'cov1', 'cov2'), a tuple "
+        "of them, e.g. get=('nngp', 'ntk'), or None for the whole "
+        "`nt.Kernel`.")
+    # Any `Kernel` field stays a valid `get`, as published.
+    self.assertEqual(kernel_fn(x1, None, 'is_gaussian'),
+                     kernel_fn(x1, None).is_gaussian)
 
   def test_nngp_never_builds_ntk(self):
     seen = []

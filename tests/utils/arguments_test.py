@@ -25,6 +25,11 @@ class ParseGetTest(test_utils.NeuralTangentsTestCase):
   def test_unknown_and_repeated_names(self):
     with self.assertRaisesRegex(ValueError, "asks for 'ntkk'.*Pass one of"):
       arguments.parse_get('ntkk', ('nngp', 'ntk'))
+    # A close name is suggested, a far one is not.
+    with self.assertRaisesRegex(ValueError, r"\(did you mean 'nngp'\?\)"):
+      arguments.parse_get('ngp', ('nngp', 'ntk'))
+    with self.assertRaisesRegex(ValueError, r"available here\. Pass"):
+      arguments.parse_get('cov1', ('nngp', 'ntk'))
     # The same name twice in different cases is still twice.
     with self.assertRaisesRegex(ValueError, 'names a kernel twice'):
       arguments.parse_get(('ntk', 'NTK'), ('nngp', 'ntk'))

@@ -117,9 +117,12 @@ class SerialRunner:
     """
     for task in tasks:
       self.computed += 1
-      yield task, self._one(task, call)
+      out = self._one(task, call)
       if bar is not None:
+        # JAX dispatches asynchronously: the bar counts finished blocks.
+        out = jax.block_until_ready(out)
         bar.update(1)
+      yield task, out
 
   def _one(self, task: Task, call: Call) -> Any:
     out = self.block_fn.single(call.static, *call.inputs(task),
@@ -143,9 +146,11 @@ class ShardedRunner(SerialRunner):
     for start in range(0, len(tasks), n):
       chunk = list(tasks[start:start + n])
       self.computed += len(chunk)
-      yield from zip(chunk, self._sharded(chunk, n, call))
+      outs = self._sharded(chunk, n, call)
       if bar is not None:
+        outs = jax.block_until_ready(outs)
         bar.update(len(chunk))
+      yield from zip(chunk, outs)
 
   def _sharded(self, chunk: list[Task], n: int, call: Call) -> list[Any]:
     real = len(chunk)

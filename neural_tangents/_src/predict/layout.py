@@ -178,11 +178,19 @@ def check_kernel(k: Array, name: str, y_train: Array, layout: OutputLayout,
              'not in `trace_axes`' if 0 not in layout.traced else
              'no batch axes (the batch axis 0 is traced), a pair of axes for '
              'each output axis not in `trace_axes`')
+    fix = ('Compute the kernel with these `trace_axes`, or change '
+           '`trace_axes`.')
+    if k.ndim > len(expected) and (k.ndim - len(expected)) % 2 == 0:
+      fix = (f'Its {k.ndim - len(expected)} extra axes are likely the '
+             'spatial axes of image-like inputs that reached a `Dense` layer, '
+             'which acts on the last axis only: add `stax.Flatten()` (or a '
+             'pooling layer such as `stax.GlobalAvgPool()`) before the '
+             'readout `Dense`. If the outputs do have these axes, give '
+             '`y_train` them too, or average over them with `trace_axes`.')
     raise ValueError(
         f'`{name}` has shape {k.shape}, but `y_train` of shape '
         f'{y_train.shape} with `trace_axes={trace_axes}` needs a kernel of '
-        f'shape {expected}: {pairs}. Compute the kernel with these '
-        '`trace_axes`, or change `trace_axes`.')
+        f'shape {expected}: {pairs}. {fix}')
   if 0 not in layout.traced and (k.shape[1] != n or
                                  (square and k.shape[0] != n)):
     raise ValueError(

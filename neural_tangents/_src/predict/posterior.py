@@ -45,12 +45,7 @@ class Gaussian(NamedTuple):
 
 def parse_posterior_get(get: Get) -> tuple[tuple[str, ...], bool]:
   """`get` -> (names, whether a single value, not a namedtuple, is returned)."""
-  try:
-    names, single = arguments.parse_get(get, tuple(POSTERIORS))
-  except ValueError as e:
-    raise ValueError(f'`get` must be "nngp", "ntk", "ntkgp", a tuple of '
-                     f'them, or None; got {get!r}. {e} Pass e.g. get="ntk" '
-                     'or get=("nngp", "ntk").') from None
+  names, single = arguments.parse_get(get, tuple(POSTERIORS))
   return names or _GETS, single
 
 

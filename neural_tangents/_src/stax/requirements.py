@@ -157,11 +157,12 @@ def requires(diagonal_batch: Diagonal = Diagonal(),
 def _parse_get(get: Any) -> tuple[Optional[tuple[str, ...]], bool]:
   """`(names or None, single)` of `get` (see `arguments.parse_get`), or
   raises `ValueError`."""
+  # Any `Kernel` field is accepted, as published; only the covariances are
+  # offered in the message, the other fields are metadata.
   return arguments.parse_get(
       get, GET_FIELDS,
-      fix=f'`get` must be None, one of {GET_VALUES} (or another `Kernel` '
-      f'field name: {GET_FIELDS[len(GET_VALUES):]}), or a tuple of them; got '
-      f'{get!r}. Pass e.g. get="ntk" or get=("nngp", "ntk").')
+      fix=f'Pass one of {GET_VALUES}, a tuple of them, e.g. '
+      f'get={GET_VALUES[:2]!r}, or None for the whole `nt.Kernel`.')
 
 
 def _select(k: Any, names: Optional[tuple[str, ...]], single: bool,

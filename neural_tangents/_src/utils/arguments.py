@@ -1,5 +1,6 @@
 """Checks of user arguments: each returns the canonical value or raises an
 error that names the argument, the value and the fix."""
+import difflib
 import enum
 import functools
 from typing import Any, Optional, Sequence, TypeVar, Union
@@ -53,8 +54,10 @@ def parse_get(get: Any, allowed: Sequence[str], fix: Optional[str] = None
   canonical = []
   for name in names:
     if not isinstance(name, str) or name.lower() not in by_lower:
+      close = difflib.get_close_matches(str(name).lower(), by_lower, n=1)
+      guess = f' (did you mean {by_lower[close[0]]!r}?)' if close else ''
       raise ValueError(f'`get={get!r}` asks for {name!r}, which is not '
-                       f'available here. {fix}')
+                       f'available here{guess}. {fix}')
     canonical.append(by_lower[name.lower()])
   names = canonical
   if len(set(names)) != len(names):
