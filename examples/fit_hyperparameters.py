@@ -98,4 +98,8 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
+  # JAX logs at INFO level each backend it probes ("Unable to initialize
+  # backend 'tpu'"): show its warnings and errors only
+  # (`--logger_levels=jax:INFO` shows all).
+  flags.FLAGS.set_default('logger_levels', 'jax:WARNING')
   app.run(main)
