@@ -441,6 +441,41 @@ class ReluNTKFeaturesTest(test_utils.NeuralTangentsTestCase):
       feature_fn(ft.DenseFeatures(1)[1](x, ()), params)
 
 
+class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(case=[('SAME', (3, 3)), ('CIRCULAR', (3, 2)),
+                                   ('VALID', (1, 2))])
+  def test_four_convolutions_on_small_images(self, case):
+    padding, filter_shape = case
+    x = test_utils.graded_inputs((3, 4, 5, 2), (1, 1, 1, 1), np.float64)[0]
+    init_fn, feature_fn = ft.serial(
+        *[ft.ConvFeatures(1, filter_shape, padding=padding, W_std=1.3,
+                          b_std=0.2)] * 4, ft.FlattenFeatures())
+    _, params = init_fn(None, x.shape)
+    compiled = jax.jit(feature_fn).lower(x, params).compile()
+    memory = compiled.memory_analysis()
+    if memory is not None:
+      # The features themselves (34 MB for 'SAME'), and as much again: the
+      # patches of `jax.lax` took 15.6 GB (their identity filter).
+      self.assertLess(memory.temp_size_in_bytes + memory.output_size_in_bytes,
+                      100e6)
+    f = compiled(x, params)
+    k = stax.serial(*[stax.Conv(1, filter_shape, padding=padding, W_std=1.3,
+                                b_std=0.2) for _ in range(4)],
+                    stax.Flatten())[2](x, None, ('nngp', 'ntk'))
+    self.assertAllClose(f.nngp_feat @ f.nngp_feat.T, k.nngp, rtol=1e-9,
+                        atol=1e-9)
+    self.assertAllClose(f.ntk_feat @ f.ntk_feat.T, k.ntk, rtol=1e-9,
+                        atol=1e-9)
+
+  def test_too_many_channels_raise_saying_how_many(self):
+    init_fn, _ = ft.serial(*[ft.ConvFeatures(1, (3, 3))] * 4)
+    with self.assertRaisesRegex(
+        ValueError, r'ConvFeatures.*would form 1048576 rows of 729 '
+        r'channels.*ReluFeatures'):
+      init_fn(None, (16, 256, 256, 3))  # Shapes only: nothing allocated.
+
+
 def fcn_erf_network():
   return stax.serial(stax.Dense(1, 1., 0.1), stax.Erf(), stax.Dense(1, 1.5),
                      stax.Erf(a=2., b=0.5), stax.Dense(1))
