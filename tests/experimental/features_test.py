@@ -398,47 +398,88 @@ class AggregateFeaturesTest(test_utils.NeuralTangentsTestCase):
       ft.AggregateFeatures(aggregate_axis=0)[0](None, x.shape)
 
 
-def he_relu_network(depth):
-  """The stax network whose kernels `ReluNTKFeatures(depth)` sketches."""
-  return stax.serial(*[stax.Dense(1, W_std=np.sqrt(2)), stax.Relu()] * depth,
-                     stax.Dense(1))
+def relu_network(depth, W_std=1., b_std=0.):
+  """The stax network whose kernels `ReluNTKFeatures(depth, W_std=...,
+  b_std=...)` sketch: every dense layer with the same `W_std`, `b_std`."""
+  dense = lambda: stax.Dense(1, W_std, b_std)
+  return stax.serial(*[dense(), stax.Relu()] * depth, dense())
+
+
+_RELU_NTK_CASES = [(1., 0.), (2**0.5, 0.), (1.5, 0.3)]
 
 
 class ReluNTKFeaturesTest(test_utils.NeuralTangentsTestCase):
 
-  def relu_ntk_errors(self, depth, dim, keys):
-    x = fcn_inputs()
-    k = he_relu_network(depth)[2](x, None, ('nngp', 'ntk'))
+  def relu_ntk_errors(self, x, depth, dim, keys, W_std, b_std):
+    k = relu_network(depth, W_std, b_std)[2](x, None, ('nngp', 'ntk'))
     errors = []
     for key in keys:
-      nngp, ntk = feature_kernels(ft.ReluNTKFeatures(depth, 8, dim), x, key)
+      layer = ft.ReluNTKFeatures(depth, 8, dim, W_std=W_std, b_std=b_std)
+      nngp, ntk = feature_kernels(layer, x, key)
       errors.append((relative_frobenius(nngp, k.nngp),
                      relative_frobenius(ntk, k.ntk)))
     return np.mean(errors, axis=0)
 
-  def test_error_is_small_and_falls_with_dimension(self):
+  @test_utils.sample_product(
+      std=_RELU_NTK_CASES,
+      depth=test_utils.full_tier_cases([1, 3], [2, 4]))
+  def test_error_is_small_and_falls_with_dimension(self, std, depth):
     keys = [random.PRNGKey(1)]
-    for depth in test_utils.full_tier_cases([1, 3], [2, 4]):
-      errors = np.array([self.relu_ntk_errors(depth, dim, keys)
-                         for dim in (256, 4096)])
-      self.assertTrue(np.all(errors[1] < errors[0]), (depth, errors))
-      self.assertLess(np.max(errors[1]), 0.1, (depth, errors))
+    errors = np.array([self.relu_ntk_errors(fcn_inputs(), depth, dim, keys,
+                                            *std)
+                       for dim in (256, 4096)])
+    self.assertTrue(np.all(errors[1] < errors[0]), errors)
+    self.assertLess(np.max(errors[1]), 0.1, errors)
+
+  def test_default_network_on_wide_inputs(self):
+    # 4 inputs of 256 features, the default `W_std=1`, `b_std=0`: the network
+    # of `stax.Dense(1)` and `stax.Relu()` layers (the features of a
+    # He-scaled network were 2^depth times its kernels: relative error 1).
+    x = test_utils.graded_inputs((4, 256), (1, 256), np.float64)[0]
+    init_fn, feature_fn = ft.ReluNTKFeatures(2, 8, 4096)
+    _, params = init_fn(random.PRNGKey(2), x.shape)
+    f = feature_fn(x, params)
+    k = relu_network(2)[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(f.nngp_feat @ f.nngp_feat.T, k.nngp),
+                    0.05)
+    self.assertLess(relative_frobenius(f.ntk_feat @ f.ntk_feat.T, k.ntk),
+                    0.05)
+    # The diagonal is exact (to stax's rounding).
+    self.assertAllClose(jnp.sum(f.ntk_feat**2, axis=1), jnp.diagonal(k.ntk),
+                        rtol=1e-7, atol=1e-7)
 
   def test_channels_and_jit(self):
     x = image_inputs()  # Every position is a row, as for `stax.Dense`.
     init_fn, feature_fn = ft.ReluNTKFeatures(2, 4, 64)
-    shapes, params = init_fn(random.PRNGKey(0), x.shape)
+    shapes, _ = init_fn(random.PRNGKey(0), x.shape)
     self.assertEqual(shapes, ((3, 6, 5, 65), (3, 6, 5, 129)))
+    # A bias adds a channel to both.
+    init_fn, feature_fn = ft.ReluNTKFeatures(2, 4, 64, W_std=1.3, b_std=0.2)
+    shapes, params = init_fn(random.PRNGKey(0), x.shape)
+    self.assertEqual(shapes, ((3, 6, 5, 66), (3, 6, 5, 130)))
     f = feature_fn(x, params)
     self.assertAllClose(jax.jit(feature_fn)(x, params), f, rtol=1e-12,
                         atol=1e-12)
-    # The diagonal is exact: `Theta^(L)(1) = L + 1` times `|x|^2 / d`.
-    k = he_relu_network(2)[2](x, None, 'ntk', diagonal_spatial=True)
+    # The diagonal is exact: `q' = W_std^2 q / 2 + b_std^2` and
+    # `ntk' = q' + W_std^2 ntk / 2` (`kappa_0(1) = kappa_1(1) = 1`). (Not
+    # stax's: its dual of the step at `rho = 1 - 1e-16` is off by 3e-9.)
+    q = 1.3**2 * jnp.sum(x**2, axis=-1) / 2 + 0.2**2
+    ntk = q
+    for _ in range(2):
+      q = 1.3**2 * q / 2 + 0.2**2
+      ntk = q + 1.3**2 * ntk / 2
     ntk_diagonal = jnp.einsum('nhwc,nhwc->nhw', f.ntk_feat, f.ntk_feat)
-    self.assertAllClose(ntk_diagonal, jnp.einsum('nnhw->nhw', k), rtol=1e-9,
-                        atol=1e-9)
+    self.assertAllClose(ntk_diagonal, ntk, rtol=1e-12, atol=1e-12)
     with self.assertRaisesRegex(ValueError, 'ReluNTKFeatures.*NTK channels'):
       feature_fn(ft.DenseFeatures(1)[1](x, ()), params)
+
+  def test_bad_standard_deviations_raise(self):
+    with self.assertRaisesRegex(TypeError, 'W_std.*ReluNTKFeatures'):
+      ft.ReluNTKFeatures(2, W_std='1')
+    with self.assertRaisesRegex(ValueError, 'b_std.*finite.*nan'):
+      ft.ReluNTKFeatures(2, b_std=float('nan'))
+    with self.assertRaises(TypeError):  # Keyword only.
+      ft.ReluNTKFeatures(2, 8, 64, 0, -1, 1.)
 
 
 class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
