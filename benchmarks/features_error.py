@@ -4,9 +4,9 @@ For a ReLU network `[Dense(1, 1.4, 0.1), Relu()] * depth + [Dense(1)]` on 6
 inputs of 5 features with norms 0.5 to 1.6 (float64), prints one JSON line per
 (method, depth, feature dimension): the relative Frobenius errors of the NNGP
 and NTK of the features against `stax`'s exact kernels, averaged over keys,
-and the seconds of one (compiled) feature computation. 'POLY' (explicit
-tensor powers) is measured on 3 input features by polynomial degree instead
-of dimension.
+and the seconds of one (compiled) feature computation. 'POLY_EXPLICIT'
+(explicit tensor powers) is measured on 3 input features by polynomial
+degree instead of dimension.
 
 Section 'relu_ntk': `ReluNTKFeatures(depth, 16, dim, W_std=w, b_std=b)`
 against its stax network `[Dense(1, w, b), Relu()] * depth + [Dense(1, w, b)]`
@@ -104,8 +104,8 @@ def main():
           print(json.dumps(measure(method, dim, depth, x, n_keys)),
                 flush=True)
     for degree in (2, 4, 8):
-      print(json.dumps(measure('POLY', 1, 1, x[:, :3], 1, degree)),
-            flush=True)
+      print(json.dumps(measure('POLY_EXPLICIT', 1, 1, x[:, :3], 1,
+                               degree)), flush=True)
   if 'relu_ntk' in sections:
     for w_std, b_std in ((1., 0.), (1.5, 0.3)):
       for depth in (1, 2, 3, 4):

@@ -238,7 +238,8 @@ class ApproximateFeaturesTest(test_utils.NeuralTangentsTestCase):
 
   def test_poly_error_falls_with_degree(self):
     x = fcn_inputs()[:, :3]
-    errors = np.array([mean_errors('POLY', 1, 1, x, [None], poly_degree=p)
+    errors = np.array([mean_errors('POLY_EXPLICIT', 1, 1, x, [None],
+                                   poly_degree=p)
                        for p in (1, 2, 8)])
     self.assertTrue(np.all(errors[1:] < errors[:-1]), errors)
     self.assertLess(np.max(errors[-1]), 0.02, errors)
@@ -324,7 +325,7 @@ class ElementwiseFeaturesTest(test_utils.NeuralTangentsTestCase):
     kernel_fn = stax.serial(stax.Dense(1), stax.Erf(), stax.Dense(1))[2]
     k = kernel_fn(x, None, 'ntk')
     errors = []
-    for method, degree in (('EXACT', 2), ('EXACT', 8), ('POLY', 8)):
+    for method, degree in (('EXACT', 2), ('EXACT', 8), ('POLY_EXPLICIT', 8)):
       layer = ft.serial(
           ft.DenseFeatures(1),
           ft.ElementwiseFeatures(jax.scipy.special.erf, method, degree),
@@ -517,6 +518,37 @@ class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
       init_fn(None, (16, 256, 256, 3))  # Shapes only: nothing allocated.
 
 
+class PolyMethodTest(test_utils.NeuralTangentsTestCase):
+
+  def test_poly_on_wide_inputs_is_within_the_fit(self):
+    # 'POLY' (the polynomial fits factored on the batch) takes any number of
+    # channels; 'POLY_EXPLICIT' would form 256^8 of them.
+    x = test_utils.graded_inputs((4, 256), (1, 256), np.float64)[0]
+    layers = [stax.Dense(1, 1.4, 0.1), stax.Relu(), stax.Dense(1, 1.2),
+              stax.Relu(), stax.Dense(1)]
+    nngp, ntk = feature_kernels(
+        ft.from_stax(*layers, relu_method='POLY', poly_degree=8), x, None)
+    k = stax.serial(*layers)[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(nngp, k.nngp), 1e-3)
+    self.assertLess(relative_frobenius(ntk, k.ntk), 0.01)
+    self.assertGreater(relative_frobenius(ntk, k.ntk), 1e-6)  # Not 'EXACT'.
+    with self.assertRaisesRegex(ValueError, "POLY_EXPLICIT.*method='POLY'"):
+      ft.ReluFeatures('POLY_EXPLICIT')[0](None, x.shape)
+
+  @test_utils.sample_product(relu=(True, False))
+  def test_poly_is_the_kernel_of_the_explicit_powers(self, relu):
+    x = fcn_inputs()[:, :3]
+    if relu:
+      make = lambda method: ft.ReluFeatures(method, poly_degree=4)
+    else:
+      make = lambda method: ft.ElementwiseFeatures(jnp.sin, method, 4)
+    kernels = [
+        feature_kernels(ft.serial(ft.DenseFeatures(1, 1., 0.3), make(method),
+                                  ft.DenseFeatures(1)), x, None)
+        for method in ('POLY', 'POLY_EXPLICIT')]
+    self.assertAllClose(kernels[0], kernels[1], rtol=1e-9, atol=1e-9)
+
+
 def fcn_erf_network():
   return stax.serial(stax.Dense(1, 1., 0.1), stax.Erf(), stax.Dense(1, 1.5),
                      stax.Erf(a=2., b=0.5), stax.Dense(1))
@@ -645,7 +677,7 @@ class ArgumentsTest(test_utils.NeuralTangentsTestCase):
             jnp.ones((1, 2, 2, 2)), ()), ValueError, 'filter_shape'),
         (lambda: ft.ConvFeatures(1, (3,))[1](jnp.ones((1, 3, 3, 2)), ()),
          ValueError, 'filter_shape'),
-        (lambda: ft.ReluFeatures('POLY', poly_degree=8)[0](
+        (lambda: ft.ReluFeatures('POLY_EXPLICIT', poly_degree=8)[0](
             None, (2, 100)), ValueError, 'POLYSKETCH'),
         (lambda: ft.ReluFeatures('RANDFEAT', 4, 4, 4)[0](0, (2, 3)),
          TypeError, 'key'),

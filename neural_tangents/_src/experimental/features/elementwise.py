@@ -47,7 +47,11 @@ class ElementwiseFeaturesImplementation(str, enum.Enum):
   """How `ElementwiseFeatures` forms the truncated Hermite series.
 
   * `POLYSKETCH`: sketched tensor powers (`poly_sketch_dim + 1` channels).
-  * `POLY`: explicit tensor powers (`1 + d + ... + d^p` channels; small `d`).
+  * `POLY`: the truncated series evaluated on the batch's kernel matrix and
+    factored (as many channels as rows), as the sketching code proposed to
+    Neural Tangents in 2022 meant by 'POLY'; the same features as `EXACT`.
+  * `POLY_EXPLICIT`: explicit tensor powers (`1 + d + ... + d^p` channels;
+    small `d`).
   * `EXACT`: the truncated series evaluated on the batch's kernel matrix and
     factored (as many channels as rows; exact up to the truncation).
 
@@ -57,6 +61,7 @@ class ElementwiseFeaturesImplementation(str, enum.Enum):
   """
   POLYSKETCH = 'POLYSKETCH'
   POLY = 'POLY'
+  POLY_EXPLICIT = 'POLY_EXPLICIT'
   EXACT = 'EXACT'
 
 
@@ -86,8 +91,9 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
   """Features of the NNGP and NTK of an elementwise `fn` (see the module).
 
   Output channels: `poly_sketch_dim + 1` NNGP and `sketch_dim` NTK features
-  for 'POLYSKETCH'; `1 + d + ... + d^p` and `d_g` times that for 'POLY';
-  the number of rows (examples times positions) for 'EXACT'. The NTK keeps 0
+  for 'POLYSKETCH'; `1 + d + ... + d^p` and `d_g` times that for
+  'POLY_EXPLICIT'; the number of rows (examples times positions) for
+  'EXACT' and 'POLY'. The NTK keeps 0
   channels before the first dense layer.
 
   Args:
@@ -141,14 +147,15 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
   def dims(d: int, d_g: int, rows: int) -> tuple[int, int]:
     if method == ElementwiseFeaturesImplementation.POLYSKETCH:
       out = m + 1, sketch_dim
-    elif method == ElementwiseFeaturesImplementation.POLY:
+    elif method == ElementwiseFeaturesImplementation.POLY_EXPLICIT:
       explicit = sketches.explicit_polynomial_dim(d, p)
       out = explicit, d_g * explicit
       if max(out) > 1 << 22:
         raise ValueError(
-            f"`ElementwiseFeatures(method='POLY', poly_degree={p})` on "
-            f'features of {d} channels would form {max(out)} channels of '
-            "explicit tensor powers. Use method='POLYSKETCH', or a smaller "
+            f"`ElementwiseFeatures(method='POLY_EXPLICIT', poly_degree={p})` "
+            f'on features of {d} channels would form {max(out)} channels of '
+            "explicit tensor powers. Use method='POLY' (the same series "
+            "factored on the batch), 'POLYSKETCH', or a smaller "
             '`poly_degree` or input.')
     else:
       out = rows, rows
@@ -224,18 +231,19 @@ def elementwise_feature_rows(x: Array, g: Array, params: dict,
   b = (derivative_coefficients(fn, sigma, degree, n_quadrature) if has_ntk
        else None)
 
-  if method == ElementwiseFeaturesImplementation.EXACT:
+  if method in (ElementwiseFeaturesImplementation.EXACT,
+                ElementwiseFeaturesImplementation.POLY):
     rho = jnp.clip(gram(unit), -1, 1)
     nngp = gram_features(series_matrix(a, a, rho))
     ntk = (gram_features(series_matrix(b, b, rho) * gram(g)) if has_ntk
            else g)
     return nngp, ntk
 
-  # 'POLY' has no params: `None` gives the exact tensor powers.
+  # 'POLY_EXPLICIT' has no params: `None` gives the exact tensor powers.
   nngp = sketches.polynomial_sketch(a, unit, params.get('phi'))
   if not has_ntk:
     return nngp, g
   dphi = sketches.polynomial_sketch(b, unit, params.get('dphi'))
-  if method == ElementwiseFeaturesImplementation.POLY:
+  if method == ElementwiseFeaturesImplementation.POLY_EXPLICIT:
     return nngp, sketches.kron_rows(g, dphi)
   return nngp, sketches.tensor_srht(g, dphi, params['ntk'])
