@@ -128,6 +128,44 @@ EXACT_NETWORKS = {
         lambda: stax.serial(stax.Conv(1, (2, 2), padding='SAME', b_std=0.5),
                             stax.LayerNorm(axis=(1, 2, 3)), stax.Relu(),
                             stax.Dense(1), stax.LayerNorm())),
+    'dense_relu_on_positions_3d': (
+        lambda: image_inputs()[:, :, 0],
+        lambda: ft.serial(ft.DenseFeatures(1, 1.2, 0.1),
+                          ft.ReluFeatures('EXACT'), ft.DenseFeatures(1, 0.9),
+                          ft.GlobalAvgPoolFeatures()),
+        lambda: stax.serial(stax.Dense(1, 1.2, 0.1), stax.Relu(),
+                            stax.Dense(1, 0.9), stax.GlobalAvgPool())),
+    'conv_1d_avg_pool_1d': (
+        lambda: image_inputs()[:, :, 0],
+        lambda: ft.serial(ft.ConvFeatures(1, (3,), (2,), b_std=0.2),
+                          ft.ReluFeatures('EXACT'),
+                          ft.AvgPoolFeatures((2,), padding='SAME'),
+                          ft.FlattenFeatures()),
+        lambda: stax.serial(stax.Conv(1, (3,), (2,), 'SAME', b_std=0.2),
+                            stax.Relu(), stax.AvgPool((2,), padding='SAME'),
+                            stax.Flatten())),
+    'channels_first_dense_pool': (
+        lambda: jnp.moveaxis(image_inputs(), -1, 1),
+        lambda: ft.serial(ft.DenseFeatures(1, 1.1, 0.2, channel_axis=1),
+                          ft.LayerNormFeatures(axis=1, channel_axis=1),
+                          ft.ReluFeatures('EXACT', channel_axis=1),
+                          ft.AvgPoolFeatures((2, 2), channel_axis=1),
+                          ft.GlobalAvgPoolFeatures(channel_axis=1)),
+        lambda: stax.serial(stax.Dense(1, 1.1, 0.2, channel_axis=1),
+                            stax.LayerNorm(axis=1, channel_axis=1),
+                            stax.Relu(),
+                            stax.AvgPool((2, 2), channel_axis=1),
+                            stax.GlobalAvgPool(channel_axis=1))),
+    'conv_3d_layer_norm_spatial': (
+        lambda: image_inputs()[:2, :3, :3, :, None],
+        lambda: ft.serial(ft.ConvFeatures(1, (2, 2, 1), W_std=1.3,
+                                          padding='CIRCULAR'),
+                          ft.LayerNormFeatures(axis=(1, 2, 3, 4)),
+                          ft.GlobalAvgPoolFeatures()),
+        lambda: stax.serial(stax.Conv(1, (2, 2, 1), padding='CIRCULAR',
+                                      W_std=1.3),
+                            stax.LayerNorm(axis=(1, 2, 3, 4)),
+                            stax.GlobalAvgPool())),
 }
 
 
@@ -481,6 +519,51 @@ class ReluNTKFeaturesTest(test_utils.NeuralTangentsTestCase):
       ft.ReluNTKFeatures(2, b_std=float('nan'))
     with self.assertRaises(TypeError):  # Keyword only.
       ft.ReluNTKFeatures(2, 8, 64, 0, -1, 1.)
+
+
+def pooled_image_inputs():
+  """3 images of 32 x 28 x 2."""
+  return test_utils.graded_inputs((3, 32, 28, 2), (1, 1), np.float64)[0]
+
+
+class PoolingAndFlattenTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(case=test_utils.full_tier_cases(
+      [(((2, 2), (2, 2), 'VALID', False), 2),
+       (((3, 3), None, 'SAME', True), 1),
+       (((3, 2), (2, 1), 'SAME', False), 2),
+       (((2, 3), (1, 2), 'CIRCULAR', False), 1)],
+      [(((2, 2), (2, 2), 'VALID', False), 1),
+       (((3, 3), None, 'SAME', True), 2),
+       (((3, 2), (2, 1), 'SAME', False), 1),
+       (((2, 3), (1, 2), 'CIRCULAR', False), 2)]))
+  def test_avg_pool_then_flatten_is_exact(self, case):
+    pool, n_layers = case
+    x = pooled_image_inputs()
+    layer = ft.serial(*[ft.AvgPoolFeatures(*pool)] * n_layers,
+                      ft.FlattenFeatures())
+    nngp, _ = feature_kernels(layer, x, None)
+    k = stax.serial(*[stax.AvgPool(*pool) for _ in range(n_layers)],
+                    stax.Flatten())[2](x, None, 'nngp')
+    self.assertAllClose(nngp, k, rtol=1e-9, atol=1e-9)
+
+  @test_utils.sample_product(
+      shape=[(4, 12), (4, 48, 3), (4, 6, 8, 3)],
+      before=('raw', 'dense_relu'))
+  def test_flatten_is_exact(self, shape, before):
+    x = test_utils.graded_inputs(shape, (1,) * len(shape), np.float64)[0]
+    if before == 'raw':
+      features, layers = [], []
+    else:
+      features = [ft.DenseFeatures(1, 1.2, 0.1), ft.ReluFeatures('EXACT')]
+      layers = [stax.Dense(1, 1.2, 0.1), stax.Relu()]
+    nngp, ntk = feature_kernels(
+        ft.serial(*features, ft.FlattenFeatures(), ft.DenseFeatures(1)), x,
+        None)
+    k = stax.serial(*layers, stax.Flatten(), stax.Dense(1))[2](
+        x, None, ('nngp', 'ntk'))
+    self.assertAllClose(nngp, k.nngp, rtol=1e-9, atol=1e-9)
+    self.assertAllClose(ntk, k.ntk, rtol=1e-9, atol=1e-9)
 
 
 class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
