@@ -730,6 +730,86 @@ class MyrtleTest(test_utils.NeuralTangentsTestCase):
     self.assertLess(relative_frobenius(ntk, k.ntk), 0.1)
 
 
+class MessyInputsTest(test_utils.NeuralTangentsTestCase):
+  """Each input a user might feed: the right answer or a clear error
+  (issue 52)."""
+
+  def test_layer_norm_eps(self):
+    with self.assertRaisesRegex(ValueError, 'eps.*nan'):
+      ft.LayerNormFeatures(eps=float('nan'))
+    x = fcn_inputs()
+    nngp, _ = feature_kernels(
+        ft.serial(ft.DenseFeatures(1), ft.LayerNormFeatures(
+            eps=np.float32(0.5))), x, None)
+    k = stax.serial(stax.Dense(1), stax.LayerNorm(eps=0.5))[2](x, None,
+                                                               'nngp')
+    self.assertAllClose(nngp, k, rtol=1e-9, atol=1e-9)
+
+  def test_inputs_stax_rejects_raise(self):
+    _, feature_fn = ft.serial(ft.DenseFeatures(1), ft.ReluFeatures('EXACT'))
+    cases = [(jnp.ones(3), ValueError, r'rank 2.*shape \(3,\).*x\[None\]'),
+             (jnp.ones((3, 2)) + 1j, TypeError, 'real.*complex'),
+             (jnp.ones((3, 0)), ValueError, '0 channels')]
+    for x, error, message in cases:
+      with self.assertRaisesRegex(error, message):
+        feature_fn(x, [(), ()])
+    with self.assertRaisesRegex(ValueError, '0 channels'):
+      ft.ReluNTKFeatures(2, 4, 16)[0](random.PRNGKey(0), (3, 0))
+
+  @test_utils.sample_product(bad=('nan', 'zero_row_layer_norm'))
+  def test_one_bad_row_leaves_the_others_finite(self, bad):
+    x = np.array(fcn_inputs())
+    x[2] = np.nan if bad == 'nan' else 0
+    norm = bad != 'nan'
+    layer = ft.serial(ft.DenseFeatures(1, 1.2),
+                      *([ft.LayerNormFeatures(eps=0.)] if norm else []),
+                      ft.ReluFeatures('EXACT'), ft.DenseFeatures(1, b_std=0.1),
+                      ft.ReluFeatures('EXACT'), ft.DenseFeatures(1))
+    network = stax.serial(stax.Dense(1, 1.2),
+                          *([stax.LayerNorm(eps=0.)] if norm else []),
+                          stax.Relu(), stax.Dense(1, b_std=0.1), stax.Relu(),
+                          stax.Dense(1))
+    nngp, ntk = feature_kernels(layer, x, None)
+    k = network[2](x, None, ('nngp', 'ntk'))
+    # NaN where stax has NaN (the bad row's NTK), the same values elsewhere.
+    for actual, expected in ((nngp, k.nngp), (ntk, k.ntk)):
+      np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+      self.assertGreater(np.isfinite(expected).sum(), 16)
+      self.assertAllClose(jnp.nan_to_num(actual), jnp.nan_to_num(expected),
+                          rtol=1e-9, atol=1e-9)
+
+  @test_utils.sample_product(method=('EXACT', 'POLY'))
+  def test_float16_inputs_to_batch_methods(self, method):
+    x = fcn_inputs()
+    layer = ft.serial(ft.DenseFeatures(1), ft.ReluFeatures(method),
+                      ft.DenseFeatures(1))
+    f = layer[1](x.astype(np.float16), [(), (), ()])
+    k = stax.serial(stax.Dense(1), stax.Relu(), stax.Dense(1))[2](
+        x, None, 'ntk')
+    ntk = np.asarray(f.ntk_feat, np.float64)
+    self.assertLess(relative_frobenius(ntk @ ntk.T, k), 0.02)
+
+  def test_params_drawn_for_other_inputs_or_methods_raise(self):
+    x = fcn_inputs()
+    init_fn, feature_fn = ft.serial(ft.DenseFeatures(1),
+                                    ft.ReluFeatures('RANDFEAT', 16, 16, 16))
+    _, params = init_fn(random.PRNGKey(0), (6, 2))
+    with self.assertRaisesRegex(ValueError,
+                                'ReluFeatures.*params.*input width'):
+      feature_fn(x, params)
+    _, other = ft.ReluFeatures('PSRF', 16, 16, 16, 4, 16)[0](
+        random.PRNGKey(0), (6, 5))
+    with self.assertRaisesRegex(ValueError, 'ReluFeatures.*params'):
+      ft.ReluFeatures('POLYSKETCH', 16, 16, 16, 4, 16)[1](x, other)
+    _, other = ft.ElementwiseFeatures(jnp.sin, 'POLYSKETCH', 4, 16, 16)[0](
+        random.PRNGKey(0), (6, 17))
+    with self.assertRaisesRegex(ValueError, 'ElementwiseFeatures.*params'):
+      ft.ElementwiseFeatures(jnp.sin, 'POLYSKETCH', 4, 16, 16)[1](x, other)
+    _, other = ft.ReluNTKFeatures(2, 4, 16)[0](random.PRNGKey(0), (6, 17))
+    with self.assertRaisesRegex(ValueError, 'ReluNTKFeatures.*params'):
+      ft.ReluNTKFeatures(2, 4, 16)[1](x, other)
+
+
 class ArgumentsTest(test_utils.NeuralTangentsTestCase):
 
   def test_bad_arguments_name_the_argument(self):

@@ -29,6 +29,8 @@ import numpy as np
 from neural_tangents._src.experimental.features import sketches
 from neural_tangents._src.experimental.features.feature_type import as_features
 from neural_tangents._src.experimental.features.feature_type import channel_rows
+from neural_tangents._src.experimental.features.feature_type import check_params
+from neural_tangents._src.experimental.features.feature_type import KEY_SHAPE
 from neural_tangents._src.experimental.features.feature_type import feature_shapes
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
@@ -189,6 +191,11 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
       params = draw_elementwise_params(
           arguments.prng_key(params, 'params'), degree=p, sketch_dim=m,
           ntk_sketch_dim=sketch_dim, d=x.shape[1], d_g=g.shape[1])
+    else:
+      check_params(params, jax.eval_shape(functools.partial(
+          draw_elementwise_params, degree=p, sketch_dim=m,
+          ntk_sketch_dim=sketch_dim, d=x.shape[1], d_g=g.shape[1]),
+                                          KEY_SHAPE), 'ElementwiseFeatures')
     nngp, ntk = elementwise_feature_rows(x, g, params, fn=fn, method=method,
                                          degree=p, n_quadrature=n_quadrature)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))

@@ -83,6 +83,8 @@ from neural_tangents._src.experimental.features import sketches
 from neural_tangents._src.experimental.features.arccos_polynomials import arccos_coefficients
 from neural_tangents._src.experimental.features.feature_type import as_features
 from neural_tangents._src.experimental.features.feature_type import channel_rows
+from neural_tangents._src.experimental.features.feature_type import check_params
+from neural_tangents._src.experimental.features.feature_type import KEY_SHAPE
 from neural_tangents._src.experimental.features.feature_type import feature_shapes
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
@@ -246,6 +248,10 @@ def ReluFeatures(method: str = 'RANDFEAT',
     elif not isinstance(params, dict):
       params = draw_relu_params(arguments.prng_key(params, 'params'),
                                 config=config, d=x.shape[1], d_g=g.shape[1])
+    else:
+      check_params(params, jax.eval_shape(
+          functools.partial(draw_relu_params, config=config, d=x.shape[1],
+                            d_g=g.shape[1]), KEY_SHAPE), 'ReluFeatures')
     nngp, ntk = relu_feature_rows(x, g, params, config=config)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))
 

@@ -51,6 +51,8 @@ from neural_tangents._src.experimental.features import sketches
 from neural_tangents._src.experimental.features.arccos_polynomials import arccos_coefficients
 from neural_tangents._src.experimental.features.feature_type import as_features
 from neural_tangents._src.experimental.features.feature_type import channel_rows
+from neural_tangents._src.experimental.features.feature_type import check_params
+from neural_tangents._src.experimental.features.feature_type import KEY_SHAPE
 from neural_tangents._src.experimental.features.feature_type import feature_shapes
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
@@ -140,6 +142,9 @@ def ReluNTKFeatures(num_layers: int,
                                     'channel_axis')
     _check_no_ntk(f.ntk_feat.shape[c])
     x, restore = channel_rows(f.nngp_feat, channel_axis)
+    check_params(params, jax.eval_shape(functools.partial(
+        draw_relu_ntk_params, config=config, d=x.shape[1]), KEY_SHAPE),
+                 'ReluNTKFeatures')
     nngp, ntk = relu_ntk_rows(x, params, config=config)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))
 
