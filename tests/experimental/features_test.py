@@ -734,6 +734,25 @@ class MessyInputsTest(test_utils.NeuralTangentsTestCase):
   """Each input a user might feed: the right answer or a clear error
   (issue 52)."""
 
+  @test_utils.sample_product(step=('Sign', 'RectifiedMonomial'))
+  def test_steps_have_zero_derivative_as_in_stax(self, step):
+    x = fcn_inputs()
+    layer = stax.Sign() if step == 'Sign' else stax.RectifiedMonomial(0)
+    network = stax.serial(stax.Dense(1, 1., 0.1), layer, stax.Dense(1, 1.2))
+    k = network[2](x, None, ('nngp', 'ntk'))
+    errors = []
+    for degree in (8, 32):
+      nngp, ntk = feature_kernels(
+          ft.from_stax(network, elementwise_method='EXACT',
+                       poly_degree=degree), x, None)
+      errors.append((relative_frobenius(nngp, k.nngp),
+                     relative_frobenius(ntk, k.ntk)))
+    errors = np.array(errors)
+    # The series of a jump converges slowly, but converges (the derivative
+    # as a delta was 2 to 5 times off, worse with the degree).
+    self.assertTrue(np.all(errors[1] < errors[0]), errors)
+    self.assertLess(np.max(errors[1]), 0.1, errors)
+
   def test_layer_norm_eps(self):
     with self.assertRaisesRegex(ValueError, 'eps.*nan'):
       ft.LayerNormFeatures(eps=float('nan'))

@@ -20,7 +20,7 @@ sketches.
 """
 import enum
 import functools
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +89,10 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
                         n_quadrature: int = 200,
                         generate_rand_mtx: bool = True,
                         batch_axis: int = 0,
-                        channel_axis: int = -1) -> FeatureLayer:
+                        channel_axis: int = -1,
+                        *,
+                        derivative_fn: Optional[Callable[[Array], Array]] = None
+                        ) -> FeatureLayer:
   """Features of the NNGP and NTK of an elementwise `fn` (see the module).
 
   Output channels: `poly_sketch_dim + 1` NNGP and `sketch_dim` NTK features
@@ -110,6 +113,12 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
       in each `feature_fn` call (False), as `ReluFeatures`.
     batch_axis: batch axis of the features.
     channel_axis: channel axis of the features.
+    derivative_fn: the derivative whose dual the NTK uses (keyword only).
+      None: `fn`'s, from its Hermite coefficients (the derivative in the
+      sense of distributions: a jump of `fn` is a delta, whose series
+      diverges). `stax.Sign` and `stax.RectifiedMonomial(0)` take the
+      derivative of their steps as 0 (that of a finite network's gradient
+      almost everywhere): pass `jnp.zeros_like`, as `from_stax` does.
 
   Returns:
     `(init_fn, feature_fn)`.
@@ -141,6 +150,10 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
         f'`n_quadrature={n_quadrature}` of `ElementwiseFeatures` is too few '
         f'nodes for `poly_degree={poly_degree}`. Pass at least '
         f'n_quadrature={poly_degree + 2} (e.g. 200).')
+  if derivative_fn is not None:
+    arguments.callable_arg(derivative_fn, 'derivative_fn', 'Pass the '
+                           "activation's derivative, e.g. `jnp.zeros_like` "
+                           'for a step, or None.')
   if not isinstance(generate_rand_mtx, (bool, np.bool_)):
     raise TypeError(f'`generate_rand_mtx` of `ElementwiseFeatures` must be a '
                     f'bool; got {generate_rand_mtx!r}. Pass True or False.')
@@ -197,7 +210,8 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
           ntk_sketch_dim=sketch_dim, d=x.shape[1], d_g=g.shape[1]),
                                           KEY_SHAPE), 'ElementwiseFeatures')
     nngp, ntk = elementwise_feature_rows(x, g, params, fn=fn, method=method,
-                                         degree=p, n_quadrature=n_quadrature)
+                                         degree=p, n_quadrature=n_quadrature,
+                                         derivative_fn=derivative_fn)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))
 
   return init_fn, feature_fn
@@ -224,19 +238,23 @@ def draw_elementwise_params(key: Array, degree: int, sketch_dim: int,
 
 
 @functools.partial(jax.jit, static_argnames=('fn', 'method', 'degree',
-                                             'n_quadrature'))
-def elementwise_feature_rows(x: Array, g: Array, params: dict,
-                             fn: Callable[[Array], Array],
-                             method: ElementwiseFeaturesImplementation,
-                             degree: int, n_quadrature: int
-                             ) -> tuple[Array, Array]:
+                                             'n_quadrature', 'derivative_fn'))
+def elementwise_feature_rows(
+    x: Array, g: Array, params: dict, fn: Callable[[Array], Array],
+    method: ElementwiseFeaturesImplementation, degree: int, n_quadrature: int,
+    derivative_fn: Optional[Callable[[Array], Array]] = None
+) -> tuple[Array, Array]:
   """`(nngp_feat', ntk_feat')` rows of NNGP rows `x` `(R, d)` and NTK rows
   `g` `(R, d_g)` (see the module docstring)."""
   unit, sigma = sketches.unit_rows(x)
   a = hermite_coefficients(fn, sigma, degree, n_quadrature)
   has_ntk = g.shape[1] > 0
-  b = (derivative_coefficients(fn, sigma, degree, n_quadrature) if has_ntk
-       else None)
+  if not has_ntk:
+    b = None
+  elif derivative_fn is None:
+    b = derivative_coefficients(fn, sigma, degree, n_quadrature)
+  else:
+    b = hermite_coefficients(derivative_fn, sigma, degree, n_quadrature)
 
   if method in (ElementwiseFeaturesImplementation.EXACT,
                 ElementwiseFeaturesImplementation.POLY):
