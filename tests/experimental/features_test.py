@@ -566,6 +566,17 @@ class PoolingAndFlattenTest(test_utils.NeuralTangentsTestCase):
     self.assertAllClose(ntk, k.ntk, rtol=1e-9, atol=1e-9)
 
 
+  def test_flatten_of_no_examples(self):
+    # The size of an empty array does not give the flattened width (a
+    # `reshape` with -1 divided by 0: "integer modulo by zero").
+    layer = ft.serial(ft.AvgPoolFeatures((2, 2)), ft.FlattenFeatures())
+    for shape in ((0, 6, 5, 2), (3, 6, 5, 2)):
+      shapes, params = layer[0](None, shape)
+      f = layer[1](jnp.ones(shape), params)
+      self.assertEqual((f.nngp_feat.shape, f.ntk_feat.shape), shapes)
+      self.assertEqual(shapes, ((shape[0], 40), (shape[0], 0)))
+
+
 class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
 
   @test_utils.sample_product(case=[('SAME', (3, 3)), ('CIRCULAR', (3, 2)),

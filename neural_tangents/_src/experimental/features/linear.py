@@ -120,7 +120,8 @@ def FlattenFeatures(batch_axis: int = 0, batch_axis_out: int = 0
 
   def flatten(x, b, c):
     positions = math.prod(s for i, s in enumerate(x.shape) if i not in (b, c))
-    out = jnp.moveaxis(x, b, 0).reshape((x.shape[b], -1))
+    # Not -1: with 0 examples (or 0 channels) the size does not say it.
+    out = jnp.moveaxis(x, b, 0).reshape((x.shape[b], positions * x.shape[c]))
     out = out / math.sqrt(max(positions, 1))
     return out if batch_axis_out == 0 else out.T
 
