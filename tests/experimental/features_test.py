@@ -629,6 +629,17 @@ class PolyMethodTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, "POLY_EXPLICIT.*method='POLY'"):
       ft.ReluFeatures('POLY_EXPLICIT')[0](None, x.shape)
 
+  def test_poly_myrtle(self):
+    # The Myrtle-5-like CNN of `MyrtleTest` on 3 images of 4x4x3: 'POLY'
+    # factors the batch's kernel matrices of 48 rows.
+    x = test_utils.graded_inputs((3, 4, 4, 3), (1, 1), np.float64)[0]
+    network = myrtle5()
+    nngp, ntk = feature_kernels(ft.from_stax(network, relu_method='POLY'), x,
+                                None, jit=True)
+    k = network[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(nngp, k.nngp), 1e-3)
+    self.assertLess(relative_frobenius(ntk, k.ntk), 0.02)
+
   @test_utils.sample_product(relu=(True, False))
   def test_poly_is_the_kernel_of_the_explicit_powers(self, relu):
     x = fcn_inputs()[:, :3]
