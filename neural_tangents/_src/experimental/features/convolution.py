@@ -27,6 +27,7 @@ from neural_tangents._src.experimental.features.feature_type import deterministi
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
 from neural_tangents._src.experimental.features.feature_type import replace_channels
+from neural_tangents._src.experimental.features.linear import check_finite_stds
 from neural_tangents._src.experimental.features.linear import check_ntk_parameterization
 from neural_tangents._src.stax.windows import conv_layout
 from neural_tangents._src.stax.windows import ConvLayout
@@ -92,6 +93,7 @@ def ConvFeatures(out_chan: int,
   arguments.real_number(b_std, 'b_std', 'Pass e.g. `b_std=0.05`, or None for '
                         'no bias.', layer_name='ConvFeatures', allow_none=True)
   check_ntk_parameterization(parameterization, 'ConvFeatures')
+  check_finite_stds('ConvFeatures', W_std, b_std)
   layout = conv_layout(dimension_numbers, n, 'ConvFeatures')
   batch_axis = layout.axis(layout.lhs, 'N')
   channel_axis = layout.axis(layout.lhs, 'C')
