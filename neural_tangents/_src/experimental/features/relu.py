@@ -143,13 +143,13 @@ def ReluFeatures(method: str = 'RANDFEAT',
   Channels of the outputs (`d` the input's NNGP channels, `d_g` its NTK
   channels, `R` the rows: examples times positions):
 
-    method       nngp_feat             ntk_feat
-    RANDFEAT     feature_dim1          sketch_dim
-    POLYSKETCH   poly_sketch_dim + 1   sketch_dim
-    PSRF         poly_sketch_dim + 1   sketch_dim
-    POLY         R                     R
-    POLY_EXPLICIT  1 + d + ... + d^p   d_g (1 + d + ... + d^p)
-    EXACT        R                     R
+    method          nngp_feat             ntk_feat
+    RANDFEAT        feature_dim1          sketch_dim
+    POLYSKETCH      poly_sketch_dim + 1   sketch_dim
+    PSRF            poly_sketch_dim + 1   sketch_dim
+    POLY            R                     R
+    POLY_EXPLICIT   1 + d + ... + d^p     d_g (1 + d + ... + d^p)
+    EXACT           R                     R
 
   (`ntk_feat` keeps 0 channels if it had 0: before the first dense layer.)
   `feature_dim0` is the number of random features of the derivative's dual
