@@ -605,11 +605,17 @@ class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
                         atol=1e-9)
 
   def test_too_many_channels_raise_saying_how_many(self):
-    init_fn, _ = ft.serial(*[ft.ConvFeatures(1, (3, 3))] * 4)
+    init_fn, feature_fn = ft.serial(*[ft.ConvFeatures(1, (3, 3))] * 4)
+    shape = (16, 256, 256, 3)
+    # `init_fn` gives the shapes (of a data set computed by batches).
+    shapes, params = init_fn(None, shape)
+    self.assertEqual(shapes[0], (16, 256, 256, 3 * 9**4))
     with self.assertRaisesRegex(
         ValueError, r'ConvFeatures.*would form 1048576 rows of 729 '
         r'channels.*ReluFeatures'):
-      init_fn(None, (16, 256, 256, 3))  # Shapes only: nothing allocated.
+      # Shapes only: nothing allocated.
+      jax.eval_shape(feature_fn, jax.ShapeDtypeStruct(shape, jnp.float32),
+                     params)
 
 
 class PolyMethodTest(test_utils.NeuralTangentsTestCase):

@@ -14,6 +14,7 @@ multiplies the channels by `f` (the patches, formed by strided slices);
 the sketches of the nonlinearities bring them
 back down.
 """
+import functools
 import itertools
 import math
 from typing import Optional, Sequence, Union
@@ -119,9 +120,10 @@ def ConvFeatures(out_chan: int,
     out = window_patches(x, layout, filter_shape, strides, padding)
     return jnp.transpose(out, [layout.lhs.index(a) for a in layout.out])
 
-  def transform(f: Features) -> Features:
-    check_patch_size(f, layout, filter_shape, strides, padding,
-                     b_std is not None)
+  def transform(f: Features, check_size: bool = True) -> Features:
+    if check_size:
+      check_patch_size(f, layout, filter_shape, strides, padding,
+                       b_std is not None)
     nngp = scale * patches(f.nngp_feat)
     if b_std is not None:
       bias = jnp.full(replace_channels(nngp.shape, out_channel_axis, 1), b_std,
@@ -132,8 +134,14 @@ def ConvFeatures(out_chan: int,
         out_channel_axis)
     return Features(nngp, ntk, out_batch_axis, out_channel_axis)
 
-  return deterministic_layer('ConvFeatures', batch_axis, channel_axis,
-                             transform)
+  # `init_fn` only evaluates shapes: the shapes of a whole data set, whose
+  # features are then computed in batches, are not refused.
+  init_fn, _ = deterministic_layer(
+      'ConvFeatures', batch_axis, channel_axis,
+      functools.partial(transform, check_size=False))
+  _, feature_fn = deterministic_layer('ConvFeatures', batch_axis,
+                                      channel_axis, transform)
+  return init_fn, feature_fn
 
 
 # The most elements `ConvFeatures` forms in one output (NNGP and NTK
@@ -183,7 +191,8 @@ def check_patch_size(f: Features, layout: ConvLayout,
                      filter_shape: Sequence[int], strides: Sequence[int],
                      padding: Padding, bias: bool) -> None:
   """Raises a `ValueError` if the features of `f`'s convolution would have
-  more than `MAX_FEATURE_ELEMENTS` elements, saying how many."""
+  more than `MAX_FEATURE_ELEMENTS` elements, saying how many (checked on
+  the shapes when `feature_fn` is traced, before anything is allocated)."""
   shape = f.nngp_feat.shape
   if len(shape) != len(layout.lhs):
     return  # `patches` names the rank.
