@@ -128,6 +128,44 @@ EXACT_NETWORKS = {
         lambda: stax.serial(stax.Conv(1, (2, 2), padding='SAME', b_std=0.5),
                             stax.LayerNorm(axis=(1, 2, 3)), stax.Relu(),
                             stax.Dense(1), stax.LayerNorm())),
+    'dense_relu_on_positions_3d': (
+        lambda: image_inputs()[:, :, 0],
+        lambda: ft.serial(ft.DenseFeatures(1, 1.2, 0.1),
+                          ft.ReluFeatures('EXACT'), ft.DenseFeatures(1, 0.9),
+                          ft.GlobalAvgPoolFeatures()),
+        lambda: stax.serial(stax.Dense(1, 1.2, 0.1), stax.Relu(),
+                            stax.Dense(1, 0.9), stax.GlobalAvgPool())),
+    'conv_1d_avg_pool_1d': (
+        lambda: image_inputs()[:, :, 0],
+        lambda: ft.serial(ft.ConvFeatures(1, (3,), (2,), b_std=0.2),
+                          ft.ReluFeatures('EXACT'),
+                          ft.AvgPoolFeatures((2,), padding='SAME'),
+                          ft.FlattenFeatures()),
+        lambda: stax.serial(stax.Conv(1, (3,), (2,), 'SAME', b_std=0.2),
+                            stax.Relu(), stax.AvgPool((2,), padding='SAME'),
+                            stax.Flatten())),
+    'channels_first_dense_pool': (
+        lambda: jnp.moveaxis(image_inputs(), -1, 1),
+        lambda: ft.serial(ft.DenseFeatures(1, 1.1, 0.2, channel_axis=1),
+                          ft.LayerNormFeatures(axis=1, channel_axis=1),
+                          ft.ReluFeatures('EXACT', channel_axis=1),
+                          ft.AvgPoolFeatures((2, 2), channel_axis=1),
+                          ft.GlobalAvgPoolFeatures(channel_axis=1)),
+        lambda: stax.serial(stax.Dense(1, 1.1, 0.2, channel_axis=1),
+                            stax.LayerNorm(axis=1, channel_axis=1),
+                            stax.Relu(),
+                            stax.AvgPool((2, 2), channel_axis=1),
+                            stax.GlobalAvgPool(channel_axis=1))),
+    'conv_3d_layer_norm_spatial': (
+        lambda: image_inputs()[:2, :3, :3, :, None],
+        lambda: ft.serial(ft.ConvFeatures(1, (2, 2, 1), W_std=1.3,
+                                          padding='CIRCULAR'),
+                          ft.LayerNormFeatures(axis=(1, 2, 3, 4)),
+                          ft.GlobalAvgPoolFeatures()),
+        lambda: stax.serial(stax.Conv(1, (2, 2, 1), padding='CIRCULAR',
+                                      W_std=1.3),
+                            stax.LayerNorm(axis=(1, 2, 3, 4)),
+                            stax.GlobalAvgPool())),
 }
 
 
@@ -238,7 +276,8 @@ class ApproximateFeaturesTest(test_utils.NeuralTangentsTestCase):
 
   def test_poly_error_falls_with_degree(self):
     x = fcn_inputs()[:, :3]
-    errors = np.array([mean_errors('POLY', 1, 1, x, [None], poly_degree=p)
+    errors = np.array([mean_errors('POLY_EXPLICIT', 1, 1, x, [None],
+                                   poly_degree=p)
                        for p in (1, 2, 8)])
     self.assertTrue(np.all(errors[1:] < errors[:-1]), errors)
     self.assertLess(np.max(errors[-1]), 0.02, errors)
@@ -324,7 +363,7 @@ class ElementwiseFeaturesTest(test_utils.NeuralTangentsTestCase):
     kernel_fn = stax.serial(stax.Dense(1), stax.Erf(), stax.Dense(1))[2]
     k = kernel_fn(x, None, 'ntk')
     errors = []
-    for method, degree in (('EXACT', 2), ('EXACT', 8), ('POLY', 8)):
+    for method, degree in (('EXACT', 2), ('EXACT', 8), ('POLY_EXPLICIT', 8)):
       layer = ft.serial(
           ft.DenseFeatures(1),
           ft.ElementwiseFeatures(jax.scipy.special.erf, method, degree),
@@ -398,47 +437,227 @@ class AggregateFeaturesTest(test_utils.NeuralTangentsTestCase):
       ft.AggregateFeatures(aggregate_axis=0)[0](None, x.shape)
 
 
-def he_relu_network(depth):
-  """The stax network whose kernels `ReluNTKFeatures(depth)` sketches."""
-  return stax.serial(*[stax.Dense(1, W_std=np.sqrt(2)), stax.Relu()] * depth,
-                     stax.Dense(1))
+def relu_network(depth, W_std=1., b_std=0.):
+  """The stax network whose kernels `ReluNTKFeatures(depth, W_std=...,
+  b_std=...)` sketch: every dense layer with the same `W_std`, `b_std`."""
+  dense = lambda: stax.Dense(1, W_std, b_std)
+  return stax.serial(*[dense(), stax.Relu()] * depth, dense())
+
+
+_RELU_NTK_CASES = [(1., 0.), (2**0.5, 0.), (1.5, 0.3)]
 
 
 class ReluNTKFeaturesTest(test_utils.NeuralTangentsTestCase):
 
-  def relu_ntk_errors(self, depth, dim, keys):
-    x = fcn_inputs()
-    k = he_relu_network(depth)[2](x, None, ('nngp', 'ntk'))
+  def relu_ntk_errors(self, x, depth, dim, keys, W_std, b_std):
+    k = relu_network(depth, W_std, b_std)[2](x, None, ('nngp', 'ntk'))
     errors = []
     for key in keys:
-      nngp, ntk = feature_kernels(ft.ReluNTKFeatures(depth, 8, dim), x, key)
+      layer = ft.ReluNTKFeatures(depth, 8, dim, W_std=W_std, b_std=b_std)
+      nngp, ntk = feature_kernels(layer, x, key)
       errors.append((relative_frobenius(nngp, k.nngp),
                      relative_frobenius(ntk, k.ntk)))
     return np.mean(errors, axis=0)
 
-  def test_error_is_small_and_falls_with_dimension(self):
+  @test_utils.sample_product(
+      std=_RELU_NTK_CASES,
+      depth=test_utils.full_tier_cases([1, 3], [2, 4]))
+  def test_error_is_small_and_falls_with_dimension(self, std, depth):
     keys = [random.PRNGKey(1)]
-    for depth in test_utils.full_tier_cases([1, 3], [2, 4]):
-      errors = np.array([self.relu_ntk_errors(depth, dim, keys)
-                         for dim in (256, 4096)])
-      self.assertTrue(np.all(errors[1] < errors[0]), (depth, errors))
-      self.assertLess(np.max(errors[1]), 0.1, (depth, errors))
+    errors = np.array([self.relu_ntk_errors(fcn_inputs(), depth, dim, keys,
+                                            *std)
+                       for dim in (256, 4096)])
+    self.assertTrue(np.all(errors[1] < errors[0]), errors)
+    self.assertLess(np.max(errors[1]), 0.1, errors)
+
+  def test_default_network_on_wide_inputs(self):
+    # 4 inputs of 256 features, the default `W_std=1`, `b_std=0`: the network
+    # of `stax.Dense(1)` and `stax.Relu()` layers (the features of a
+    # He-scaled network were 2^depth times its kernels: relative error 1).
+    x = test_utils.graded_inputs((4, 256), (1, 256), np.float64)[0]
+    init_fn, feature_fn = ft.ReluNTKFeatures(2, 8, 4096)
+    _, params = init_fn(random.PRNGKey(2), x.shape)
+    f = feature_fn(x, params)
+    k = relu_network(2)[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(f.nngp_feat @ f.nngp_feat.T, k.nngp),
+                    0.05)
+    self.assertLess(relative_frobenius(f.ntk_feat @ f.ntk_feat.T, k.ntk),
+                    0.05)
+    # The diagonal is exact (to stax's rounding).
+    self.assertAllClose(jnp.sum(f.ntk_feat**2, axis=1), jnp.diagonal(k.ntk),
+                        rtol=1e-7, atol=1e-7)
 
   def test_channels_and_jit(self):
     x = image_inputs()  # Every position is a row, as for `stax.Dense`.
     init_fn, feature_fn = ft.ReluNTKFeatures(2, 4, 64)
-    shapes, params = init_fn(random.PRNGKey(0), x.shape)
+    shapes, _ = init_fn(random.PRNGKey(0), x.shape)
     self.assertEqual(shapes, ((3, 6, 5, 65), (3, 6, 5, 129)))
+    # A bias adds a channel to both.
+    init_fn, feature_fn = ft.ReluNTKFeatures(2, 4, 64, W_std=1.3, b_std=0.2)
+    shapes, params = init_fn(random.PRNGKey(0), x.shape)
+    self.assertEqual(shapes, ((3, 6, 5, 66), (3, 6, 5, 130)))
     f = feature_fn(x, params)
     self.assertAllClose(jax.jit(feature_fn)(x, params), f, rtol=1e-12,
                         atol=1e-12)
-    # The diagonal is exact: `Theta^(L)(1) = L + 1` times `|x|^2 / d`.
-    k = he_relu_network(2)[2](x, None, 'ntk', diagonal_spatial=True)
+    # The diagonal is exact: `q' = W_std^2 q / 2 + b_std^2` and
+    # `ntk' = q' + W_std^2 ntk / 2` (`kappa_0(1) = kappa_1(1) = 1`). (Not
+    # stax's: its dual of the step at `rho = 1 - 1e-16` is off by 3e-9.)
+    q = 1.3**2 * jnp.sum(x**2, axis=-1) / 2 + 0.2**2
+    ntk = q
+    for _ in range(2):
+      q = 1.3**2 * q / 2 + 0.2**2
+      ntk = q + 1.3**2 * ntk / 2
     ntk_diagonal = jnp.einsum('nhwc,nhwc->nhw', f.ntk_feat, f.ntk_feat)
-    self.assertAllClose(ntk_diagonal, jnp.einsum('nnhw->nhw', k), rtol=1e-9,
-                        atol=1e-9)
+    self.assertAllClose(ntk_diagonal, ntk, rtol=1e-12, atol=1e-12)
     with self.assertRaisesRegex(ValueError, 'ReluNTKFeatures.*NTK channels'):
       feature_fn(ft.DenseFeatures(1)[1](x, ()), params)
+
+  def test_bad_standard_deviations_raise(self):
+    with self.assertRaisesRegex(TypeError, 'W_std.*ReluNTKFeatures'):
+      ft.ReluNTKFeatures(2, W_std='1')
+    with self.assertRaisesRegex(ValueError, 'b_std.*finite.*nan'):
+      ft.ReluNTKFeatures(2, b_std=float('nan'))
+    with self.assertRaises(TypeError):  # Keyword only.
+      ft.ReluNTKFeatures(2, 8, 64, 0, -1, 1.)
+
+
+def pooled_image_inputs():
+  """3 images of 32 x 28 x 2."""
+  return test_utils.graded_inputs((3, 32, 28, 2), (1, 1), np.float64)[0]
+
+
+class PoolingAndFlattenTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(case=test_utils.full_tier_cases(
+      [(((2, 2), (2, 2), 'VALID', False), 2),
+       (((3, 3), None, 'SAME', True), 1),
+       (((3, 2), (2, 1), 'SAME', False), 2),
+       (((2, 3), (1, 2), 'CIRCULAR', False), 1)],
+      [(((2, 2), (2, 2), 'VALID', False), 1),
+       (((3, 3), None, 'SAME', True), 2),
+       (((3, 2), (2, 1), 'SAME', False), 1),
+       (((2, 3), (1, 2), 'CIRCULAR', False), 2)]))
+  def test_avg_pool_then_flatten_is_exact(self, case):
+    pool, n_layers = case
+    x = pooled_image_inputs()
+    layer = ft.serial(*[ft.AvgPoolFeatures(*pool)] * n_layers,
+                      ft.FlattenFeatures())
+    nngp, _ = feature_kernels(layer, x, None)
+    k = stax.serial(*[stax.AvgPool(*pool) for _ in range(n_layers)],
+                    stax.Flatten())[2](x, None, 'nngp')
+    self.assertAllClose(nngp, k, rtol=1e-9, atol=1e-9)
+
+  @test_utils.sample_product(
+      shape=[(4, 12), (4, 48, 3), (4, 6, 8, 3)],
+      before=('raw', 'dense_relu'))
+  def test_flatten_is_exact(self, shape, before):
+    x = test_utils.graded_inputs(shape, (1,) * len(shape), np.float64)[0]
+    if before == 'raw':
+      features, layers = [], []
+    else:
+      features = [ft.DenseFeatures(1, 1.2, 0.1), ft.ReluFeatures('EXACT')]
+      layers = [stax.Dense(1, 1.2, 0.1), stax.Relu()]
+    nngp, ntk = feature_kernels(
+        ft.serial(*features, ft.FlattenFeatures(), ft.DenseFeatures(1)), x,
+        None)
+    k = stax.serial(*layers, stax.Flatten(), stax.Dense(1))[2](
+        x, None, ('nngp', 'ntk'))
+    self.assertAllClose(nngp, k.nngp, rtol=1e-9, atol=1e-9)
+    self.assertAllClose(ntk, k.ntk, rtol=1e-9, atol=1e-9)
+
+
+  def test_flatten_of_no_examples(self):
+    # The size of an empty array does not give the flattened width (a
+    # `reshape` with -1 divided by 0: "integer modulo by zero").
+    layer = ft.serial(ft.AvgPoolFeatures((2, 2)), ft.FlattenFeatures())
+    for shape in ((0, 6, 5, 2), (3, 6, 5, 2)):
+      shapes, params = layer[0](None, shape)
+      f = layer[1](jnp.ones(shape), params)
+      self.assertEqual((f.nngp_feat.shape, f.ntk_feat.shape), shapes)
+      self.assertEqual(shapes, ((shape[0], 40), (shape[0], 0)))
+
+
+class ConvolutionMemoryTest(test_utils.NeuralTangentsTestCase):
+
+  @test_utils.sample_product(case=[('SAME', (3, 3)), ('CIRCULAR', (3, 2)),
+                                   ('VALID', (1, 2))])
+  def test_four_convolutions_on_small_images(self, case):
+    padding, filter_shape = case
+    x = test_utils.graded_inputs((3, 4, 5, 2), (1, 1, 1, 1), np.float64)[0]
+    init_fn, feature_fn = ft.serial(
+        *[ft.ConvFeatures(1, filter_shape, padding=padding, W_std=1.3,
+                          b_std=0.2)] * 4, ft.FlattenFeatures())
+    _, params = init_fn(None, x.shape)
+    compiled = jax.jit(feature_fn).lower(x, params).compile()
+    memory = compiled.memory_analysis()
+    if memory is not None:
+      # The features themselves (34 MB for 'SAME'), and as much again: the
+      # patches of `jax.lax` took 15.6 GB (their identity filter).
+      self.assertLess(memory.temp_size_in_bytes + memory.output_size_in_bytes,
+                      100e6)
+    f = compiled(x, params)
+    k = stax.serial(*[stax.Conv(1, filter_shape, padding=padding, W_std=1.3,
+                                b_std=0.2) for _ in range(4)],
+                    stax.Flatten())[2](x, None, ('nngp', 'ntk'))
+    self.assertAllClose(f.nngp_feat @ f.nngp_feat.T, k.nngp, rtol=1e-9,
+                        atol=1e-9)
+    self.assertAllClose(f.ntk_feat @ f.ntk_feat.T, k.ntk, rtol=1e-9,
+                        atol=1e-9)
+
+  def test_too_many_channels_raise_saying_how_many(self):
+    init_fn, feature_fn = ft.serial(*[ft.ConvFeatures(1, (3, 3))] * 4)
+    shape = (16, 256, 256, 3)
+    # `init_fn` gives the shapes (of a data set computed by batches).
+    shapes, params = init_fn(None, shape)
+    self.assertEqual(shapes[0], (16, 256, 256, 3 * 9**4))
+    with self.assertRaisesRegex(
+        ValueError, r'ConvFeatures.*would form 1048576 rows of 729 '
+        r'channels.*ReluFeatures'):
+      # Shapes only: nothing allocated.
+      jax.eval_shape(feature_fn, jax.ShapeDtypeStruct(shape, jnp.float32),
+                     params)
+
+
+class PolyMethodTest(test_utils.NeuralTangentsTestCase):
+
+  def test_poly_on_wide_inputs_is_within_the_fit(self):
+    # 'POLY' (the polynomial fits factored on the batch) takes any number of
+    # channels; 'POLY_EXPLICIT' would form 256^8 of them.
+    x = test_utils.graded_inputs((4, 256), (1, 256), np.float64)[0]
+    layers = [stax.Dense(1, 1.4, 0.1), stax.Relu(), stax.Dense(1, 1.2),
+              stax.Relu(), stax.Dense(1)]
+    nngp, ntk = feature_kernels(
+        ft.from_stax(*layers, relu_method='POLY', poly_degree=8), x, None)
+    k = stax.serial(*layers)[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(nngp, k.nngp), 1e-3)
+    self.assertLess(relative_frobenius(ntk, k.ntk), 0.01)
+    self.assertGreater(relative_frobenius(ntk, k.ntk), 1e-6)  # Not 'EXACT'.
+    with self.assertRaisesRegex(ValueError, "POLY_EXPLICIT.*method='POLY'"):
+      ft.ReluFeatures('POLY_EXPLICIT')[0](None, x.shape)
+
+  def test_poly_myrtle(self):
+    # The Myrtle-5-like CNN of `MyrtleTest` on 3 images of 4x4x3: 'POLY'
+    # factors the batch's kernel matrices of 48 rows.
+    x = test_utils.graded_inputs((3, 4, 4, 3), (1, 1), np.float64)[0]
+    network = myrtle5()
+    nngp, ntk = feature_kernels(ft.from_stax(network, relu_method='POLY'), x,
+                                None, jit=True)
+    k = network[2](x, None, ('nngp', 'ntk'))
+    self.assertLess(relative_frobenius(nngp, k.nngp), 1e-3)
+    self.assertLess(relative_frobenius(ntk, k.ntk), 0.02)
+
+  @test_utils.sample_product(relu=(True, False))
+  def test_poly_is_the_kernel_of_the_explicit_powers(self, relu):
+    x = fcn_inputs()[:, :3]
+    if relu:
+      make = lambda method: ft.ReluFeatures(method, poly_degree=4)
+    else:
+      make = lambda method: ft.ElementwiseFeatures(jnp.sin, method, 4)
+    kernels = [
+        feature_kernels(ft.serial(ft.DenseFeatures(1, 1., 0.3), make(method),
+                                  ft.DenseFeatures(1)), x, None)
+        for method in ('POLY', 'POLY_EXPLICIT')]
+    self.assertAllClose(kernels[0], kernels[1], rtol=1e-9, atol=1e-9)
 
 
 def fcn_erf_network():
@@ -539,6 +758,109 @@ class MyrtleTest(test_utils.NeuralTangentsTestCase):
     self.assertLess(relative_frobenius(ntk, k.ntk), 0.1)
 
 
+class MessyInputsTest(test_utils.NeuralTangentsTestCase):
+  """Each input a user might feed: the right answer or a clear error
+  (issue 52)."""
+
+  @test_utils.sample_product(step=('Sign', 'RectifiedMonomial'))
+  def test_steps_have_zero_derivative_as_in_stax(self, step):
+    x = fcn_inputs()
+    layer = stax.Sign() if step == 'Sign' else stax.RectifiedMonomial(0)
+    network = stax.serial(stax.Dense(1, 1., 0.1), layer, stax.Dense(1, 1.2))
+    k = network[2](x, None, ('nngp', 'ntk'))
+    errors = []
+    for degree in (8, 32):
+      nngp, ntk = feature_kernels(
+          ft.from_stax(network, elementwise_method='EXACT',
+                       poly_degree=degree), x, None)
+      errors.append((relative_frobenius(nngp, k.nngp),
+                     relative_frobenius(ntk, k.ntk)))
+    errors = np.array(errors)
+    # The series of a jump converges slowly, but converges (the derivative
+    # as a delta was 2 to 5 times off, worse with the degree).
+    self.assertTrue(np.all(errors[1] < errors[0]), errors)
+    self.assertLess(np.max(errors[1]), 0.1, errors)
+
+  def test_layer_norm_eps(self):
+    with self.assertRaisesRegex(ValueError, 'eps.*nan'):
+      ft.LayerNormFeatures(eps=float('nan'))
+    x = fcn_inputs()
+    nngp, _ = feature_kernels(
+        ft.serial(ft.DenseFeatures(1), ft.LayerNormFeatures(
+            eps=np.float32(0.5))), x, None)
+    k = stax.serial(stax.Dense(1), stax.LayerNorm(eps=0.5))[2](x, None,
+                                                               'nngp')
+    self.assertAllClose(nngp, k, rtol=1e-9, atol=1e-9)
+
+  def test_inputs_stax_rejects_raise(self):
+    _, feature_fn = ft.serial(ft.DenseFeatures(1), ft.ReluFeatures('EXACT'))
+    cases = [(jnp.ones(3), ValueError, r'rank 2.*shape \(3,\).*x\[None\]'),
+             (jnp.ones((3, 2)) + 1j, TypeError, 'real.*complex'),
+             (jnp.ones((3, 0)), ValueError, '0 channels')]
+    for x, error, message in cases:
+      with self.assertRaisesRegex(error, message):
+        feature_fn(x, [(), ()])
+    with self.assertRaisesRegex(ValueError, '0 channels'):
+      ft.ReluNTKFeatures(2, 4, 16)[0](random.PRNGKey(0), (3, 0))
+
+  @test_utils.sample_product(bad=('nan', 'zero_row_layer_norm'),
+                             method=('EXACT', 'POLY'))
+  def test_one_bad_row_leaves_the_others_finite(self, bad, method):
+    x = np.array(fcn_inputs())
+    x[2] = np.nan if bad == 'nan' else 0
+    norm = bad != 'nan'
+    network = stax.serial(stax.Dense(1, 1.2),
+                          *([stax.LayerNorm(eps=0.)] if norm else []),
+                          stax.Relu(), stax.Dense(1, b_std=0.1), stax.Relu(),
+                          stax.Dense(1))
+    layer = ft.from_stax(network, relu_method=method)
+    # 'POLY' is exact for the polynomial fits, not for the ReLU.
+    tol = 1e-9 if method == 'EXACT' else 0.02
+    nngp, ntk = feature_kernels(layer, x, None)
+    k = network[2](x, None, ('nngp', 'ntk'))
+    # The other rows' kernels are stax's (they were all NaN); a zero row's
+    # too. A NaN row's NTK is NaN, as stax's (its NNGP after a ReLU is NaN
+    # with 'POLY', 0 with 'EXACT' and in stax).
+    rows = [0, 1, 3, 4, 5] if bad == 'nan' else list(range(6))
+    for actual, expected in ((nngp, k.nngp), (ntk, k.ntk)):
+      self.assertAllClose(actual[np.ix_(rows, rows)],
+                          expected[np.ix_(rows, rows)], rtol=tol, atol=tol)
+    if bad == 'nan':
+      self.assertTrue(np.all(np.isnan(ntk[2])) and
+                      np.all(np.isnan(k.ntk[2])))
+
+  @test_utils.sample_product(method=('EXACT', 'POLY'))
+  def test_float16_inputs_to_batch_methods(self, method):
+    x = fcn_inputs()
+    layer = ft.serial(ft.DenseFeatures(1), ft.ReluFeatures(method),
+                      ft.DenseFeatures(1))
+    f = layer[1](x.astype(np.float16), [(), (), ()])
+    k = stax.serial(stax.Dense(1), stax.Relu(), stax.Dense(1))[2](
+        x, None, 'ntk')
+    ntk = np.asarray(f.ntk_feat, np.float64)
+    self.assertLess(relative_frobenius(ntk @ ntk.T, k), 0.02)
+
+  def test_params_drawn_for_other_inputs_or_methods_raise(self):
+    x = fcn_inputs()
+    init_fn, feature_fn = ft.serial(ft.DenseFeatures(1),
+                                    ft.ReluFeatures('RANDFEAT', 16, 16, 16))
+    _, params = init_fn(random.PRNGKey(0), (6, 2))
+    with self.assertRaisesRegex(ValueError,
+                                'ReluFeatures.*params.*input width'):
+      feature_fn(x, params)
+    _, other = ft.ReluFeatures('PSRF', 16, 16, 16, 4, 16)[0](
+        random.PRNGKey(0), (6, 5))
+    with self.assertRaisesRegex(ValueError, 'ReluFeatures.*params'):
+      ft.ReluFeatures('POLYSKETCH', 16, 16, 16, 4, 16)[1](x, other)
+    _, other = ft.ElementwiseFeatures(jnp.sin, 'POLYSKETCH', 4, 16, 16)[0](
+        random.PRNGKey(0), (6, 17))
+    with self.assertRaisesRegex(ValueError, 'ElementwiseFeatures.*params'):
+      ft.ElementwiseFeatures(jnp.sin, 'POLYSKETCH', 4, 16, 16)[1](x, other)
+    _, other = ft.ReluNTKFeatures(2, 4, 16)[0](random.PRNGKey(0), (6, 17))
+    with self.assertRaisesRegex(ValueError, 'ReluNTKFeatures.*params'):
+      ft.ReluNTKFeatures(2, 4, 16)[1](x, other)
+
+
 class ArgumentsTest(test_utils.NeuralTangentsTestCase):
 
   def test_bad_arguments_name_the_argument(self):
@@ -549,6 +871,10 @@ class ArgumentsTest(test_utils.NeuralTangentsTestCase):
         (lambda: ft.ReluFeatures(generate_rand_mtx='yes'), TypeError,
          'generate_rand_mtx'),
         (lambda: ft.DenseFeatures(1, W_std='1'), TypeError, 'W_std'),
+        (lambda: ft.DenseFeatures(1, W_std=float('nan')), ValueError,
+         'W_std.*DenseFeatures.*finite'),
+        (lambda: ft.ConvFeatures(1, (2,), b_std=float('inf')), ValueError,
+         'b_std.*ConvFeatures.*finite'),
         (lambda: ft.DenseFeatures(1, parameterization='standard'),
          NotImplementedError, 'parameterization'),
         (lambda: ft.ConvFeatures(1, (3, 3), padding='FULL'), ValueError,
@@ -569,7 +895,7 @@ class ArgumentsTest(test_utils.NeuralTangentsTestCase):
             jnp.ones((1, 2, 2, 2)), ()), ValueError, 'filter_shape'),
         (lambda: ft.ConvFeatures(1, (3,))[1](jnp.ones((1, 3, 3, 2)), ()),
          ValueError, 'filter_shape'),
-        (lambda: ft.ReluFeatures('POLY', poly_degree=8)[0](
+        (lambda: ft.ReluFeatures('POLY_EXPLICIT', poly_degree=8)[0](
             None, (2, 100)), ValueError, 'POLYSKETCH'),
         (lambda: ft.ReluFeatures('RANDFEAT', 4, 4, 4)[0](0, (2, 3)),
          TypeError, 'key'),

@@ -20,7 +20,7 @@ sketches.
 """
 import enum
 import functools
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,8 @@ import numpy as np
 from neural_tangents._src.experimental.features import sketches
 from neural_tangents._src.experimental.features.feature_type import as_features
 from neural_tangents._src.experimental.features.feature_type import channel_rows
+from neural_tangents._src.experimental.features.feature_type import check_params
+from neural_tangents._src.experimental.features.feature_type import KEY_SHAPE
 from neural_tangents._src.experimental.features.feature_type import feature_shapes
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
@@ -47,7 +49,11 @@ class ElementwiseFeaturesImplementation(str, enum.Enum):
   """How `ElementwiseFeatures` forms the truncated Hermite series.
 
   * `POLYSKETCH`: sketched tensor powers (`poly_sketch_dim + 1` channels).
-  * `POLY`: explicit tensor powers (`1 + d + ... + d^p` channels; small `d`).
+  * `POLY`: the truncated series evaluated on the batch's kernel matrix and
+    factored (as many channels as rows), as the sketching code proposed to
+    Neural Tangents in 2022 meant by 'POLY'; the same features as `EXACT`.
+  * `POLY_EXPLICIT`: explicit tensor powers (`1 + d + ... + d^p` channels;
+    small `d`).
   * `EXACT`: the truncated series evaluated on the batch's kernel matrix and
     factored (as many channels as rows; exact up to the truncation).
 
@@ -57,6 +63,7 @@ class ElementwiseFeaturesImplementation(str, enum.Enum):
   """
   POLYSKETCH = 'POLYSKETCH'
   POLY = 'POLY'
+  POLY_EXPLICIT = 'POLY_EXPLICIT'
   EXACT = 'EXACT'
 
 
@@ -82,12 +89,16 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
                         n_quadrature: int = 200,
                         generate_rand_mtx: bool = True,
                         batch_axis: int = 0,
-                        channel_axis: int = -1) -> FeatureLayer:
+                        channel_axis: int = -1,
+                        *,
+                        derivative_fn: Optional[Callable[[Array], Array]] = None
+                        ) -> FeatureLayer:
   """Features of the NNGP and NTK of an elementwise `fn` (see the module).
 
   Output channels: `poly_sketch_dim + 1` NNGP and `sketch_dim` NTK features
-  for 'POLYSKETCH'; `1 + d + ... + d^p` and `d_g` times that for 'POLY';
-  the number of rows (examples times positions) for 'EXACT'. The NTK keeps 0
+  for 'POLYSKETCH'; `1 + d + ... + d^p` and `d_g` times that for
+  'POLY_EXPLICIT'; the number of rows (examples times positions) for
+  'EXACT' and 'POLY'. The NTK keeps 0
   channels before the first dense layer.
 
   Args:
@@ -102,6 +113,12 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
       in each `feature_fn` call (False), as `ReluFeatures`.
     batch_axis: batch axis of the features.
     channel_axis: channel axis of the features.
+    derivative_fn: the derivative whose dual the NTK uses (keyword only).
+      None: `fn`'s, from its Hermite coefficients (the derivative in the
+      sense of distributions: a jump of `fn` is a delta, whose series
+      diverges). `stax.Sign` and `stax.RectifiedMonomial(0)` take the
+      derivative of their steps as 0 (that of a finite network's gradient
+      almost everywhere): pass `jnp.zeros_like`, as `from_stax` does.
 
   Returns:
     `(init_fn, feature_fn)`.
@@ -133,6 +150,10 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
         f'`n_quadrature={n_quadrature}` of `ElementwiseFeatures` is too few '
         f'nodes for `poly_degree={poly_degree}`. Pass at least '
         f'n_quadrature={poly_degree + 2} (e.g. 200).')
+  if derivative_fn is not None:
+    arguments.callable_arg(derivative_fn, 'derivative_fn', 'Pass the '
+                           "activation's derivative, e.g. `jnp.zeros_like` "
+                           'for a step, or None.')
   if not isinstance(generate_rand_mtx, (bool, np.bool_)):
     raise TypeError(f'`generate_rand_mtx` of `ElementwiseFeatures` must be a '
                     f'bool; got {generate_rand_mtx!r}. Pass True or False.')
@@ -141,14 +162,15 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
   def dims(d: int, d_g: int, rows: int) -> tuple[int, int]:
     if method == ElementwiseFeaturesImplementation.POLYSKETCH:
       out = m + 1, sketch_dim
-    elif method == ElementwiseFeaturesImplementation.POLY:
+    elif method == ElementwiseFeaturesImplementation.POLY_EXPLICIT:
       explicit = sketches.explicit_polynomial_dim(d, p)
       out = explicit, d_g * explicit
       if max(out) > 1 << 22:
         raise ValueError(
-            f"`ElementwiseFeatures(method='POLY', poly_degree={p})` on "
-            f'features of {d} channels would form {max(out)} channels of '
-            "explicit tensor powers. Use method='POLYSKETCH', or a smaller "
+            f"`ElementwiseFeatures(method='POLY_EXPLICIT', poly_degree={p})` "
+            f'on features of {d} channels would form {max(out)} channels of '
+            "explicit tensor powers. Use method='POLY' (the same series "
+            "factored on the batch), 'POLYSKETCH', or a smaller "
             '`poly_degree` or input.')
     else:
       out = rows, rows
@@ -182,8 +204,14 @@ def ElementwiseFeatures(fn: Callable[[Array], Array],
       params = draw_elementwise_params(
           arguments.prng_key(params, 'params'), degree=p, sketch_dim=m,
           ntk_sketch_dim=sketch_dim, d=x.shape[1], d_g=g.shape[1])
+    else:
+      check_params(params, jax.eval_shape(functools.partial(
+          draw_elementwise_params, degree=p, sketch_dim=m,
+          ntk_sketch_dim=sketch_dim, d=x.shape[1], d_g=g.shape[1]),
+                                          KEY_SHAPE), 'ElementwiseFeatures')
     nngp, ntk = elementwise_feature_rows(x, g, params, fn=fn, method=method,
-                                         degree=p, n_quadrature=n_quadrature)
+                                         degree=p, n_quadrature=n_quadrature,
+                                         derivative_fn=derivative_fn)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))
 
   return init_fn, feature_fn
@@ -210,32 +238,37 @@ def draw_elementwise_params(key: Array, degree: int, sketch_dim: int,
 
 
 @functools.partial(jax.jit, static_argnames=('fn', 'method', 'degree',
-                                             'n_quadrature'))
-def elementwise_feature_rows(x: Array, g: Array, params: dict,
-                             fn: Callable[[Array], Array],
-                             method: ElementwiseFeaturesImplementation,
-                             degree: int, n_quadrature: int
-                             ) -> tuple[Array, Array]:
+                                             'n_quadrature', 'derivative_fn'))
+def elementwise_feature_rows(
+    x: Array, g: Array, params: dict, fn: Callable[[Array], Array],
+    method: ElementwiseFeaturesImplementation, degree: int, n_quadrature: int,
+    derivative_fn: Optional[Callable[[Array], Array]] = None
+) -> tuple[Array, Array]:
   """`(nngp_feat', ntk_feat')` rows of NNGP rows `x` `(R, d)` and NTK rows
   `g` `(R, d_g)` (see the module docstring)."""
   unit, sigma = sketches.unit_rows(x)
   a = hermite_coefficients(fn, sigma, degree, n_quadrature)
   has_ntk = g.shape[1] > 0
-  b = (derivative_coefficients(fn, sigma, degree, n_quadrature) if has_ntk
-       else None)
+  if not has_ntk:
+    b = None
+  elif derivative_fn is None:
+    b = derivative_coefficients(fn, sigma, degree, n_quadrature)
+  else:
+    b = hermite_coefficients(derivative_fn, sigma, degree, n_quadrature)
 
-  if method == ElementwiseFeaturesImplementation.EXACT:
+  if method in (ElementwiseFeaturesImplementation.EXACT,
+                ElementwiseFeaturesImplementation.POLY):
     rho = jnp.clip(gram(unit), -1, 1)
     nngp = gram_features(series_matrix(a, a, rho))
     ntk = (gram_features(series_matrix(b, b, rho) * gram(g)) if has_ntk
            else g)
     return nngp, ntk
 
-  # 'POLY' has no params: `None` gives the exact tensor powers.
+  # 'POLY_EXPLICIT' has no params: `None` gives the exact tensor powers.
   nngp = sketches.polynomial_sketch(a, unit, params.get('phi'))
   if not has_ntk:
     return nngp, g
   dphi = sketches.polynomial_sketch(b, unit, params.get('dphi'))
-  if method == ElementwiseFeaturesImplementation.POLY:
+  if method == ElementwiseFeaturesImplementation.POLY_EXPLICIT:
     return nngp, sketches.kron_rows(g, dphi)
   return nngp, sketches.tensor_srht(g, dphi, params['ntk'])

@@ -80,13 +80,26 @@ def input_features(x: Array, batch_axis: int = 0,
            [0.5, 0.5, 0.5, 0.5]], dtype=float32)
   """
   x = jnp.asarray(x)
+  check_real(x.dtype, 'inputs')
+  if x.ndim < 2:
+    raise ValueError(
+        f'Feature layers take a batch of inputs with a batch and a channel '
+        f'axis (rank 2 or more, as `stax`); got inputs of shape {x.shape}. '
+        'Pass e.g. `x[None]` for one example or `x[:, None]` for examples '
+        'of one feature.')
   if not jnp.issubdtype(x.dtype, jnp.inexact):
     x = x.astype(jnp.result_type(float))
   c = arguments.canonicalize_axis(channel_axis, x.ndim, 'channel_axis')
   arguments.canonicalize_axis(batch_axis, x.ndim, 'batch_axis')
+  if x.shape[c] == 0:
+    raise ValueError(
+        f'Feature layers need inputs with at least one channel; got inputs '
+        f'of shape {x.shape} with 0 channels on axis {channel_axis} (their '
+        'kernel <x, x\'> / channels is undefined). Pass inputs with '
+        'features, or the right `channel_axis`.')
   ntk_shape = list(x.shape)
   ntk_shape[c] = 0
-  return Features(x / math.sqrt(max(x.shape[c], 1)),
+  return Features(x / math.sqrt(x.shape[c]),
                   jnp.zeros(ntk_shape, x.dtype), batch_axis, channel_axis)
 
 
@@ -103,6 +116,8 @@ def as_features(f: Union[Array, Features], batch_axis: int,
   if not isinstance(f, Features):
     return input_features(f, batch_axis,
                           -1 if channel_axis is None else channel_axis)
+  check_real(f.nngp_feat.dtype, 'features')
+  check_real(f.ntk_feat.dtype, 'features')
   ndim = f.nngp_feat.ndim
   pairs = [(f.batch_axis, batch_axis, 'batch_axis')]
   if channel_axis is not None:
@@ -119,6 +134,49 @@ def as_features(f: Union[Array, Features], batch_axis: int,
   return f
 
 
+# The abstract raw PRNG key the layers' parameter draws are evaluated on.
+KEY_SHAPE = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+
+def check_real(dtype: Any, what: str) -> None:
+  """Raises a `TypeError` for complex `dtype` (`stax` rejects complex
+  inputs; the kernels here are of real networks)."""
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    raise TypeError(
+        f'Feature layers take real {what}; got dtype {dtype}. The kernels are '
+        'those of real networks (`stax` rejects complex inputs too): pass '
+        'the real and imaginary parts as channels, e.g. '
+        '`jnp.concatenate([x.real, x.imag], axis=-1)`.')
+
+
+def check_params(params: Any, expected: Any, layer_name: str) -> None:
+  """Raises a `ValueError` unless `params` has the structure, shapes and
+  dtypes of `expected` (e.g. `jax.eval_shape` of the layer's draw for these
+  inputs).
+
+  Params drawn by `init_fn` for inputs of another width, or by another
+  layer or method, would otherwise reach an index or shape error inside
+  JAX, or worse, fit by chance and give wrong features.
+  """
+  leaves, tree = jax.tree_util.tree_flatten(params)
+  expected_leaves, expected_tree = jax.tree_util.tree_flatten(expected)
+  same = tree == expected_tree and all(
+      np.shape(a) == b.shape and jnp.result_type(a) == b.dtype
+      for a, b in zip(leaves, expected_leaves))
+  if not same:
+
+    def describe(tree):
+      text = str(jax.tree_util.tree_map(
+          lambda a: f'{jnp.result_type(a).name}{list(np.shape(a))}', tree))
+      return text if len(text) < 300 else text[:300] + '...'
+
+    raise ValueError(
+        f'`{layer_name}` got params that were not drawn for these features '
+        f'(another input width, layer or method): expected '
+        f'{describe(expected)}, got {describe(params)}. Pass the params '
+        "that this layer's `init_fn` returned for inputs of this shape.")
+
+
 def feature_shapes(input_shape: Any, channel_axis: int) -> FeatureShapes:
   """`(nngp_feat_shape, ntk_feat_shape)` of `input_shape`.
 
@@ -131,7 +189,17 @@ def feature_shapes(input_shape: Any, channel_axis: int) -> FeatureShapes:
       all(isinstance(s, (tuple, list)) for s in input_shape)):
     return tuple(input_shape[0]), tuple(input_shape[1])
   shape = tuple(arguments.input_shape(input_shape))
+  if len(shape) < 2:
+    raise ValueError(
+        f'Feature layers take a batch of inputs with a batch and a channel '
+        f'axis (rank 2 or more, as `stax`); got the input shape {shape}. '
+        'Pass e.g. `(1,) + shape` for one example.')
   c = arguments.canonicalize_axis(channel_axis, len(shape), 'channel_axis')
+  if shape[c] == 0:
+    raise ValueError(
+        f'Feature layers need inputs with at least one channel; got the '
+        f'input shape {shape} with 0 channels on axis {channel_axis}. Pass '
+        'inputs with features, or the right `channel_axis`.')
   ntk_shape = list(shape)
   ntk_shape[c] = 0
   return shape, tuple(ntk_shape)

@@ -21,10 +21,22 @@ Array = jax.Array
 
 
 def gram_features(k: Array) -> Array:
-  """`(R, R)` features `F` with `F F^T = k`, for a PSD `(R, R)` matrix `k`."""
+  """`(R, R)` features `F` with `F F^T = k`, for a PSD `(R, R)` matrix `k`.
+
+  A row whose variance `k[i, i]` is not finite (a NaN or infinite input)
+  gets NaN features, and the others are the factor of the rest of `k`, as
+  if that row were not there: one bad row does not make every entry NaN.
+  Computed in float32 at least (LAPACK has no float16), returned in the
+  dtype of `k`.
+  """
+  dtype = k.dtype
+  k = k.astype(jnp.promote_types(dtype, jnp.float32))
+  bad = ~jnp.isfinite(jnp.diagonal(k))
+  k = jnp.where(bad[:, None] | bad[None, :], 0, k)
   k = (k + k.T) / 2
   eigenvalues, eigenvectors = linalg.eigh(k)
-  return eigenvectors * jnp.sqrt(jnp.maximum(eigenvalues, 0))[None, :]
+  out = eigenvectors * jnp.sqrt(jnp.maximum(eigenvalues, 0))[None, :]
+  return jnp.where(bad[:, None], jnp.nan, out).astype(dtype)
 
 
 def gram(rows: Array) -> Array:

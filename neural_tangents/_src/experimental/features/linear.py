@@ -1,4 +1,5 @@
 """Exact features of linear layers: `DenseFeatures`, `FlattenFeatures`."""
+import inspect
 import math
 from typing import Optional
 
@@ -23,6 +24,18 @@ def check_ntk_parameterization(parameterization: str, layer_name: str) -> None:
         'exist for the NTK parameterization only (the standard one scales '
         'the NTK by the width of the previous layer, which features do not '
         "track). Pass parameterization='ntk'.")
+
+
+def check_finite_stds(layer_name: str, W_std: float,  # pylint: disable=invalid-name
+                      b_std: Optional[float]) -> None:
+  """Raises a `ValueError` for a NaN or infinite `W_std` or `b_std`, as
+  `stax`'s layers do (the features would be NaN or infinite)."""
+
+  def stds(W_std: float = 1., b_std: Optional[float] = None):  # pylint: disable=invalid-name
+    del W_std, b_std
+
+  arguments.finite_hyperparameters(
+      layer_name, inspect.signature(stds).bind(W_std=W_std, b_std=b_std))
 
 
 def DenseFeatures(out_dim: int,
@@ -74,6 +87,7 @@ def DenseFeatures(out_dim: int,
                         'no bias.', layer_name='DenseFeatures',
                         allow_none=True)
   check_ntk_parameterization(parameterization, 'DenseFeatures')
+  check_finite_stds('DenseFeatures', W_std, b_std)
 
   def transform(f: Features) -> Features:
     x = f.nngp_feat
@@ -120,7 +134,8 @@ def FlattenFeatures(batch_axis: int = 0, batch_axis_out: int = 0
 
   def flatten(x, b, c):
     positions = math.prod(s for i, s in enumerate(x.shape) if i not in (b, c))
-    out = jnp.moveaxis(x, b, 0).reshape((x.shape[b], -1))
+    # Not -1: with 0 examples (or 0 channels) the size does not say it.
+    out = jnp.moveaxis(x, b, 0).reshape((x.shape[b], positions * x.shape[c]))
     out = out / math.sqrt(max(positions, 1))
     return out if batch_axis_out == 0 else out.T
 

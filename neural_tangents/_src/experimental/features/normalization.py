@@ -2,6 +2,7 @@
 from typing import Sequence, Union
 
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents._src.experimental.features.feature_type import deterministic_layer
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
@@ -54,9 +55,12 @@ def LayerNormFeatures(axis: Union[int, Sequence[int]] = -1,
     raise TypeError(f'`axis` of `LayerNormFeatures` must be an int or a '
                     f'non-empty tuple of ints; got {axis!r}. Pass e.g. '
                     '`axis=-1` (channels).')
-  if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+  if (isinstance(eps, (bool, np.bool_)) or
+      not isinstance(eps, (int, float, np.integer, np.floating)) or
+      not 0 <= eps < np.inf):  # NaN fails too.
     raise ValueError(f'`eps` of `LayerNormFeatures` must be a non-negative '
-                     f'float; got {eps!r}. Pass e.g. `eps=1e-12`.')
+                     f'finite float; got {eps!r}. Pass e.g. `eps=1e-12`.')
+  eps = float(eps)
 
   def transform(f: Features) -> Features:
     x = f.nngp_feat
@@ -73,7 +77,12 @@ def LayerNormFeatures(axis: Union[int, Sequence[int]] = -1,
     spatial = tuple(a for a in norm_axes if a != c)
     if spatial:
       variance = jnp.mean(variance, axis=spatial, keepdims=True)
-    scale = 1 / jnp.sqrt(variance + eps)
+    # A zero row with `eps=0` has zero features, as `stax`'s kernel (whose
+    # correlations of zero variances are 0), not 0 / 0.
+    variance = variance + eps
+    positive = variance > 0
+    scale = jnp.where(positive, 1 / jnp.sqrt(jnp.where(positive, variance, 1)),
+                      0)
     return f.replace(nngp_feat=x * scale,
                      ntk_feat=f.ntk_feat * scale.astype(f.ntk_feat.dtype))
 

@@ -35,9 +35,16 @@ products. The methods differ in `phi_0`, `phi_1` and `T`:
 * 'PSRF' (PolySketch and random features): `phi_1` of 'POLYSKETCH' (the
   smooth `kappa_1` is well fit by polynomials) and `phi_0` of 'RANDFEAT'
   (`kappa_0` has a cusp at `rho = 1`, which polynomials fit slowly).
-* 'POLY': the polynomial features of 'POLYSKETCH' formed exactly, as tensor
-  powers of dimension `1 + d + ... + d^p` (and `T` the exact Kronecker
-  product): deterministic, for small `d` only (raises beyond 2^22 channels).
+* 'POLY': the polynomial fits of 'POLYSKETCH' without a sketch: the kernel
+  matrices of the batch, `sqrt(q q') P_1(rho) / 2` and `P_0(rho) / 2 *
+  ntk` with the fits `P_1`, `P_0` in place of the duals, factored as for
+  'EXACT' (below): features of the whole batch, as many channels as rows,
+  exact for the polynomial kernels (the meaning of 'POLY' in the sketching
+  code proposed to Neural Tangents in 2022, which took a Cholesky factor).
+* 'POLY_EXPLICIT': the same polynomial kernels as explicit tensor powers of
+  dimension `1 + d + ... + d^p` (and `T` the exact Kronecker product):
+  deterministic and batch-independent, for small `d` only (raises beyond
+  2^22 channels).
 * 'EXACT': the exact kernel matrices of the batch (rows are examples and
   positions), from `stax`'s own kernel map, factored by eigendecomposition
   (`gram`): `<feat, feat'>` equals `stax`'s kernel up to rounding, but the
@@ -76,6 +83,8 @@ from neural_tangents._src.experimental.features import sketches
 from neural_tangents._src.experimental.features.arccos_polynomials import arccos_coefficients
 from neural_tangents._src.experimental.features.feature_type import as_features
 from neural_tangents._src.experimental.features.feature_type import channel_rows
+from neural_tangents._src.experimental.features.feature_type import check_params
+from neural_tangents._src.experimental.features.feature_type import KEY_SHAPE
 from neural_tangents._src.experimental.features.feature_type import feature_shapes
 from neural_tangents._src.experimental.features.feature_type import FeatureLayer
 from neural_tangents._src.experimental.features.feature_type import Features
@@ -88,7 +97,7 @@ from neural_tangents._src.utils import arguments
 
 Array = jax.Array
 
-# The most channels 'POLY' forms explicitly.
+# The most channels 'POLY_EXPLICIT' forms.
 MAX_EXPLICIT_CHANNELS = 1 << 22
 
 
@@ -103,6 +112,7 @@ class ReluFeaturesImplementation(str, enum.Enum):
   POLYSKETCH = 'POLYSKETCH'
   PSRF = 'PSRF'
   POLY = 'POLY'
+  POLY_EXPLICIT = 'POLY_EXPLICIT'
   EXACT = 'EXACT'
 
 
@@ -133,12 +143,13 @@ def ReluFeatures(method: str = 'RANDFEAT',
   Channels of the outputs (`d` the input's NNGP channels, `d_g` its NTK
   channels, `R` the rows: examples times positions):
 
-    method       nngp_feat             ntk_feat
-    RANDFEAT     feature_dim1          sketch_dim
-    POLYSKETCH   poly_sketch_dim + 1   sketch_dim
-    PSRF         poly_sketch_dim + 1   sketch_dim
-    POLY         1 + d + ... + d^p     d_g (1 + d + ... + d^p)
-    EXACT        R                     R
+    method          nngp_feat             ntk_feat
+    RANDFEAT        feature_dim1          sketch_dim
+    POLYSKETCH      poly_sketch_dim + 1   sketch_dim
+    PSRF            poly_sketch_dim + 1   sketch_dim
+    POLY            R                     R
+    POLY_EXPLICIT   1 + d + ... + d^p     d_g (1 + d + ... + d^p)
+    EXACT           R                     R
 
   (`ntk_feat` keeps 0 channels if it had 0: before the first dense layer.)
   `feature_dim0` is the number of random features of the derivative's dual
@@ -150,7 +161,8 @@ def ReluFeatures(method: str = 'RANDFEAT',
     feature_dim1: random features of `kappa_1` (RANDFEAT).
     sketch_dim: coordinates of the NTK's tensor sketch (RANDFEAT,
       POLYSKETCH, PSRF).
-    poly_degree: degree of the polynomial fits (POLYSKETCH, PSRF, POLY).
+    poly_degree: degree of the polynomial fits (POLYSKETCH, PSRF, POLY,
+      POLY_EXPLICIT).
     poly_sketch_dim: coordinates of each tensor power's sketch (POLYSKETCH,
       PSRF).
     generate_rand_mtx: True to draw the random matrices in `init_fn` and
@@ -196,16 +208,17 @@ def ReluFeatures(method: str = 'RANDFEAT',
     elif method in (ReluFeaturesImplementation.POLYSKETCH,
                     ReluFeaturesImplementation.PSRF):
       out = poly_sketch_dim + 1, sketch_dim
-    elif method == ReluFeaturesImplementation.POLY:
+    elif method == ReluFeaturesImplementation.POLY_EXPLICIT:
       out = (sketches.explicit_polynomial_dim(d, p1),
              d_g * sketches.explicit_polynomial_dim(d, p0))
       if max(out) > MAX_EXPLICIT_CHANNELS:
         raise ValueError(
-            f"`ReluFeatures(method='POLY', poly_degree={poly_degree})` on "
-            f'features of {d} channels would form {max(out)} channels of '
-            f'explicit tensor powers (more than {MAX_EXPLICIT_CHANNELS}). '
-            "Use method='POLYSKETCH' (sketched powers), or a smaller "
-            '`poly_degree` or input.')
+            f"`ReluFeatures(method='POLY_EXPLICIT', poly_degree="
+            f'{poly_degree})` on features of {d} channels would form '
+            f'{max(out)} channels of explicit tensor powers (more than '
+            f"{MAX_EXPLICIT_CHANNELS}). Use method='POLY' (the same "
+            "polynomial kernels factored on the batch), 'POLYSKETCH' "
+            '(sketched powers), or a smaller `poly_degree` or input.')
     else:
       out = rows, rows
     return out[0], (out[1] if d_g else 0)
@@ -235,6 +248,10 @@ def ReluFeatures(method: str = 'RANDFEAT',
     elif not isinstance(params, dict):
       params = draw_relu_params(arguments.prng_key(params, 'params'),
                                 config=config, d=x.shape[1], d_g=g.shape[1])
+    else:
+      check_params(params, jax.eval_shape(
+          functools.partial(draw_relu_params, config=config, d=x.shape[1],
+                            d_g=g.shape[1]), KEY_SHAPE), 'ReluFeatures')
     nngp, ntk = relu_feature_rows(x, g, params, config=config)
     return f.replace(nngp_feat=restore(nngp), ntk_feat=restore(ntk))
 
@@ -308,10 +325,14 @@ def relu_feature_rows(x: Array, g: Array, params: dict, config: ReluConfig
   `g` `(R, d_g)` (see the module docstring)."""
   method = config.method
   rows = x.shape[0]
-  if method == ReluFeaturesImplementation.EXACT:
+  if method in (ReluFeaturesImplementation.EXACT,
+                ReluFeaturesImplementation.POLY):
     k = gram(x)
     q = jnp.diagonal(k)
-    nngp, dot = relu_kernel_map(q[:, None], q[None, :], k, True)
+    if method == ReluFeaturesImplementation.EXACT:
+      nngp, dot = relu_kernel_map(q[:, None], q[None, :], k, True)
+    else:
+      nngp, dot = polynomial_relu_kernels(k, q, config)
     return (gram_features(nngp),
             gram_features(dot * gram(g)) if g.shape[1] else g)
 
@@ -331,7 +352,7 @@ def relu_feature_rows(x: Array, g: Array, params: dict, config: ReluConfig
                                    sketches.row_norms(x) / math.sqrt(2))
   else:
     unit, norm = sketches.unit_rows(x)
-    # 'POLY' has no params: `None` gives the exact tensor powers.
+    # 'POLY_EXPLICIT' has no params: `None` gives the exact tensor powers.
     nngp = sketches.polynomial_sketch(
         jnp.asarray(config.root1, x.dtype)[None, :] * norm, unit,
         params.get('kappa1'))
@@ -342,8 +363,30 @@ def relu_feature_rows(x: Array, g: Array, params: dict, config: ReluConfig
           params.get('kappa0'))
   if not g.shape[1]:
     ntk = g
-  elif method == ReluFeaturesImplementation.POLY:
+  elif method == ReluFeaturesImplementation.POLY_EXPLICIT:
     ntk = sketches.kron_rows(g, kappa0)
   else:
     ntk = sketches.tensor_srht(g, kappa0, params['ntk'])
   return nngp, ntk
+
+
+def polynomial_relu_kernels(k: Array, q: Array, config: ReluConfig
+                            ) -> tuple[Array, Array]:
+  """The ReLU's NNGP `sqrt(q q') P_1(rho) / 2` and derivative kernel
+  `P_0(rho) / 2` of the `(R, R)` NNGP `k` with diagonal `q`, the polynomial
+  fits `P` in place of the arc-cosine duals (rows of zero variance have
+  `rho = 0`)."""
+  norm = jnp.sqrt(jnp.maximum(q, 0))
+  scale = norm[:, None] * norm[None, :]
+  positive = scale > 0
+  rho = jnp.clip(k / jnp.where(positive, scale, 1), -1, 1)
+  rho = jnp.where(positive, rho, 0)
+
+  def half_polynomial(root):  # `sum_j root_j^2 rho^j = P(rho) / 2`.
+    out = jnp.zeros_like(rho)
+    for r in reversed(root):
+      out = out * rho + r**2
+    return out
+
+  return (scale * half_polynomial(config.root1),
+          half_polynomial(config.root0))

@@ -11,6 +11,7 @@ import functools
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 
 from neural_tangents._src.experimental.features.aggregate import AggregateFeatures
 from neural_tangents._src.experimental.features.combinators import serial
@@ -223,10 +224,15 @@ def _convert(layer: Any, layout: Layout, options: dict, where: str
                          options['generate_rand_mtx'], b, c)], layout
   if name in ELEMENTWISE_LAYERS:
     fn = _activation(name, a, layer[1], where)
+    # `stax` takes the derivative of a step as 0, not a delta.
+    step = name == 'Sign' or (name == 'RectifiedMonomial' and
+                              a['degree'] == 0)
     return [ElementwiseFeatures(fn, options['elementwise_method'],
                                 16 if degree is None else degree, dim, dim,
                                 generate_rand_mtx=options['generate_rand_mtx'],
-                                batch_axis=b, channel_axis=c)], layout
+                                batch_axis=b, channel_axis=c,
+                                derivative_fn=jnp.zeros_like if step else None)
+           ], layout
   raise _unsupported(name, where)
 
 
