@@ -133,6 +133,7 @@ def empirical_ntk_fn(
     x2 = problem_lib.canonical_x2(x2)
     problem_lib.check_inputs(x1, x2)
     problem_lib.check_params(params)
+    problem_lib.reject_complex_params(params)
     setup = functools.partial(problem_lib.setup, f, x1, x2, params,
                               apply_fn_kwargs, trace_axes, diagonal_axes)
     problem, param_leaves, data1, data2 = setup(vmap_axes)
@@ -318,6 +319,7 @@ def empirical_ntk_vp_fn(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
   x2 = problem_lib.canonical_x2(x2)
   problem_lib.check_inputs(x1, x2)
   problem_lib.check_params(params)
+  problem_lib.reject_complex_params(params)
   kwargs1, kwargs2, _ = rng_lib.split_kwargs(apply_fn_kwargs, x1, x2)
   x2 = x1 if x2 is None else x2
 

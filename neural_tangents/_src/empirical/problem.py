@@ -94,6 +94,32 @@ def check_params(params: PyTree) -> None:
         f'differentiates `f` with respect to them. {fix}')
 
 
+def reject_complex_params(params: PyTree) -> None:
+  """Raises a `TypeError` if a leaf of `params` is complex.
+
+  The NTK sums `J J^T` over real parameters; a complex parameter has no one
+  such Jacobian (the implementations would each take a different one:
+  `jacrev` refuses complex outputs, vector products conjugate or not), so
+  it is refused, with the fix: its real and imaginary parts as two real
+  parameters, which is the NTK of gradient descent on both.
+
+  Example:
+    >>> reject_complex_params({'w': jnp.ones(3)})
+  """
+  complex_leaves = [
+      (tree_util.keystr(path), jnp.result_type(leaf).name)
+      for path, leaf in tree_util.tree_leaves_with_path(params)
+      if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating)]
+  if complex_leaves:
+    path, dtype = complex_leaves[0]
+    raise TypeError(
+        f'`params` must be real for the NTK; got a {dtype} leaf at '
+        f'params{path}. Pass its real and imaginary parts as two real '
+        "parameters, e.g. `{'re': w.real, 'im': w.imag}` with `f` using "
+        "`p['re'] + 1j * p['im']`: the NTK is then that of gradient "
+        'descent on both parts.')
+
+
 def is_int(vmap_axes: VMapAxes) -> bool:
   """Whether `vmap_axes` is one int (not a bool): the same axis everywhere."""
   return (isinstance(vmap_axes, (int, np.integer)) and
@@ -439,6 +465,13 @@ def _check_outputs(outputs: Sequence[Any]) -> None:
       raise ValueError(f'`f` returned an output of dtype {output.dtype}; the '
                        'empirical kernels need floating-point outputs: cast '
                        "the output in `f`, e.g. `out.astype('float32')`.")
+    if jnp.issubdtype(output.dtype, jnp.complexfloating):
+      # `J J^T` or `J J^H`? The implementations differ: refused, with the
+      # real formulation, which all agree on.
+      raise TypeError(
+          f'`f` returned a complex output (dtype {output.dtype}); the NTK '
+          'needs real outputs. Return the real and imaginary parts as two '
+          'real outputs, e.g. `jnp.stack([y.real, y.imag], -1)`.')
     if output.ndim == 0:
       raise ValueError('`f` returned a scalar output (shape ()); every '
                        'output needs a batch axis (axis 0, or the one given '
