@@ -103,15 +103,16 @@ def Dropout(rate: float, mode: str = 'train') -> Layer:
     >>> _, params = init_fn(random.PRNGKey(0), (-1, 3))
     >>> y = apply_fn(params, jnp.ones((2, 3)), rng=random.PRNGKey(1))
   """
-  if (isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating))
-      or not 0 < rate <= 1):
-    raise ValueError(f'`rate` is the keep probability and must be in (0, 1]; '
-                     f'got {rate!r}. Pass e.g. `Dropout(rate=0.9)` to keep 90% '
-                     'of activations.')
+  rate_value = arguments.concrete_real(rate)
+  if rate_value is None or not 0 < rate_value <= 1:
+    raise ValueError(f'`rate` is the keep probability and must be a number '
+                     f'(a Python, NumPy or JAX scalar) in (0, 1]; got '
+                     f'{rate!r}. Pass e.g. `Dropout(rate=0.9)` to keep 90% of '
+                     'activations.')
   if mode not in _MODES:
     raise ValueError(f'`mode` must be one of {_MODES}; got {mode!r}. Pass '
                      "`mode='test'` for the identity (evaluation).")
-  rate = float(rate)
+  rate = rate_value
   init_fn = lambda rng, input_shape: (input_shape, ())
 
   def apply_fn(params, inputs, rng=None, **kwargs):

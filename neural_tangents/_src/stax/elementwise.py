@@ -374,7 +374,8 @@ def Rbf(gamma: float = 1.0) -> Layer:
   """
   gamma = arguments.real_number(gamma, 'gamma', 'Pass e.g. `Rbf(gamma=1.)`.',
                                 layer_name='Rbf')
-  if isinstance(gamma, (int, float)) and not gamma > 0:
+  gamma_value = arguments.concrete_real(gamma)
+  if gamma_value is not None and not gamma_value > 0:
     raise ValueError(f'`gamma` of `Rbf` must be > 0 (an inverse length '
                      f'scale); got {gamma!r}. Pass e.g. `Rbf(gamma=1.)`.')
   a, b, c = math.sqrt(2.), math.sqrt(2. * gamma), math.pi / 4
@@ -447,8 +448,8 @@ def ExpNormalized(gamma: float = 1,
   gamma = arguments.real_number(
       gamma, 'gamma', 'Pass e.g. `ExpNormalized(gamma=1.)`.',
       layer_name='ExpNormalized')
-  if isinstance(gamma, (int, float, np.integer, np.floating)) and not (
-      gamma >= 0):
+  gamma_value = arguments.concrete_real(gamma)
+  if gamma_value is not None and not gamma_value >= 0:
     # `exp(gamma rho)` is PSD in `rho` (a correlation) only for `gamma >= 0`
     # (a power series in `rho` with nonnegative coefficients).
     raise ValueError(
