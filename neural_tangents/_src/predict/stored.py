@@ -126,6 +126,12 @@ class StoredKernel(KernelRows):
   def __init__(self, array: Any, name: str = 'k_train_train',
                group: Optional[ProcessGroup] = None, *,
                cache_bytes: int = 0):
+    if not is_zarr_array(array):
+      raise TypeError(
+          f'`StoredKernel` reads a zarr array (what `nt.batch(..., '
+          f'store_on_device=False, store=path)` returns, or '
+          f'`zarr.open_array(path)`); got a {type(array).__name__}. Pass an '
+          f'in-memory kernel directly as `{name}`: it needs no wrapper.')
     if len(array.shape) != 2:
       raise ValueError(
           f'`{name}` is a stored array of shape {tuple(array.shape)}; a '
@@ -150,6 +156,7 @@ class StoredKernel(KernelRows):
     self._cache = {}
     self._chunk_files = self._check_complete()
     self._verified = set()
+    self._finite = set()  # Row blocks checked for NaN and inf.
     self._raw = self._raw_chunks()
     self._reader = None  # A `direct_reads.FileReader`, made on first use.
 
@@ -254,10 +261,32 @@ class StoredKernel(KernelRows):
     rows = self._raw_row_block(i, start, stop, cache) if self._raw else None
     if rows is None:
       rows = self.rows(start, stop)
+    if i not in self._finite:
+      self._refuse_if_not_finite(rows, start)
+      self._finite.add(i)
     if cache:
       rows.flags.writeable = False
       self._cache[i] = rows
     return rows
+
+  def _refuse_if_not_finite(self, rows: np.ndarray, start: int,
+                            column_start: int = 0) -> None:
+    """Raises naming the first NaN / inf entry of `rows`, the entries from
+    row `start` and column `column_start` of the kernel."""
+    finite = np.isfinite(rows)
+    if finite.all():
+      return
+    r, c = (int(i) for i in np.argwhere(~finite)[0])
+    value = rows[r, c]
+    r, c = r + start, c + column_start
+    chunk = (r // self.array.chunks[0], c // self.array.chunks[1])
+    raise ValueError(
+        f'`{self.name}` contains NaN or inf values (first at row {r}, '
+        f'column {c}: {value}, in block {chunk} of the store); the kernel '
+        'must be finite. Check how it was computed (NaN inputs, overflow in '
+        'float16/float32: try float64 with '
+        '`jax.config.update("jax_enable_x64", True)`), then compute the '
+        'store again into a new directory.')
 
   def _raw_row_block(self, i: int, start: int, stop: int,
                      drop_pages: bool = False) -> Optional[np.ndarray]:
@@ -341,6 +370,10 @@ class StoredKernel(KernelRows):
           b = min(n, a + self.block_rows)
           self._verify_row_block(a // self.block_rows)
           d[a:b] = np.diagonal(np.asarray(self.array[a:b, a:b]))
+          bad = np.flatnonzero(~np.isfinite(d[a:b]))
+          if bad.size:  # The first non-finite diagonal entry, as a 1 x 1.
+            i = a + int(bad[0])
+            self._refuse_if_not_finite(d[i:i + 1, None], i, i)
       self._diagonal = self.combine(d).astype(self.dtype)
     return self._diagonal
 
