@@ -529,6 +529,20 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, '`params` has no floating'):
       nt.empirical_ntk_vp_fn(mlp, x, None, None)
 
+  def test_keyword_batch_of_another_size_is_refused_before_f_runs(self):
+    # A batched keyword argument of 5 rows for 4 inputs reached `f`'s own
+    # broadcasting error; docs/empirical.md promises this ValueError.
+    f = lambda p, x, mask: (x * mask) @ p
+    x, params = normal(1, (4, 3)), normal(2, (3, 2))
+    for implementation in nt.NtkImplementation:
+      for vmap_axes in ((0, 0, {'mask': 0}), (0, 0, 0)):
+        with self.assertRaisesRegex(
+            ValueError, r'`vmap_axes=.*`: the batch axes of the inputs \(and '
+            r'batched keyword arguments\) have different sizes \[4, 5\]'):
+          nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
+                              implementation=implementation)(
+                                  x, None, params, mask=np.ones((5, 3)))
+
   def test_complex_params_refused_and_the_fix_agrees(self):
     # Each implementation took a different Jacobian of a complex parameter
     # (purely imaginary kernels, zeros, or jacrev's refusal): all refuse it

@@ -377,6 +377,7 @@ def setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
       axes = _pytree_vmap_axes(vmap_axes, x, out_tree)
     if per_example:  # Checked before calling f, which may fail otherwise.
       in_axes, kwarg_axes = _input_axes(axes, x, arrays)
+      batch_size(data, in_axes + kwarg_axes, vmap_axes)
     if out_tree is None:
       out_tree = jax.eval_shape(tree_fn, param_leaves, data)
     _check_outputs(tree_util.tree_leaves(out_tree))
@@ -543,18 +544,31 @@ def _output_axes(vmap_axes: VMapAxes, out_tree: PyTree) -> list:
   return axes
 
 
-def _per_example_side(fn: Callable, param_leaves: list, data: list,
-                      data_axes: tuple, out_tree: PyTree,
-                      out_axes: Sequence[int], vmap_axes: VMapAxes,
-                      n_x: int) -> Side:
-  """A `Side` whose `single_fn` runs `f` on one example (a batch of one)."""
+def batch_size(data: Sequence[Any], data_axes: Sequence[Optional[int]],
+               vmap_axes: VMapAxes) -> int:
+  """The one size of the batch axes `data_axes` of `data`, or raises a
+  `ValueError` naming `vmap_axes` (before `f` is called, which may fail
+  otherwise with an error of its own).
+
+  Example:
+    >>> batch_size([jnp.ones((4, 3)), jnp.ones(2)], [0, None], 0)
+    4
+  """
   sizes = {np.shape(d)[a] for d, a in zip(data, data_axes) if a is not None}
   if len(sizes) != 1:
     raise ValueError(
         f'`vmap_axes={vmap_axes!r}`: the batch axes of the inputs (and '
         f'batched keyword arguments) have different sizes {sorted(sizes)}; '
         'give each leaf its batch axis, and None for shared leaves.')
-  n = sizes.pop()
+  return next(iter(sizes))
+
+
+def _per_example_side(fn: Callable, param_leaves: list, data: list,
+                      data_axes: tuple, out_tree: PyTree,
+                      out_axes: Sequence[int], vmap_axes: VMapAxes,
+                      n_x: int) -> Side:
+  """A `Side` whose `single_fn` runs `f` on one example (a batch of one)."""
+  n = batch_size(data, data_axes, vmap_axes)
   for o, a in zip(tree_util.tree_leaves(out_tree), out_axes):
     if o.shape[a] != n:
       raise ValueError(
