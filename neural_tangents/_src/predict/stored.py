@@ -48,6 +48,7 @@ import numpy as np
 from neural_tangents._src.batching import direct_reads
 from neural_tangents._src.batching.processes import ProcessGroup
 from neural_tangents._src.batching.store import bytes_checksum
+from neural_tangents._src.batching.store import check_metadata
 from neural_tangents._src.batching.store import file_checksum
 from neural_tangents._src.batching.store import import_zarr
 from neural_tangents._src.batching.store import recorded_chunks
@@ -74,9 +75,11 @@ def open_store_leaf(path: Any, field: Optional[str], name: str) -> Any:
   leaves = sorted(d for d in os.listdir(path) if d.startswith('leaf') and
                   os.path.isdir(os.path.join(path, d)))
   if len(leaves) == 1:
+    check_metadata(path, leaves[0])  # Before zarr parses an edited one.
     return zarr.open_array(os.path.join(path, leaves[0]), mode='r')
   wanted = f'leaf_{field}'
   if field is not None and wanted in leaves:
+    check_metadata(path, wanted)
     return zarr.open_array(os.path.join(path, wanted), mode='r')
   raise ValueError(
       f'`{name}={path!r}` is a kernel store with leaves {leaves}; cannot tell '
@@ -175,6 +178,7 @@ class StoredKernel(KernelRows):
     leaf = os.path.relpath(
         os.path.join(os.fspath(self.array.store.root), self.array.path or ''),
         root)
+    check_metadata(root, leaf.replace(os.sep, '/'))
     files, missing = {}, []
     rows, columns = self._chunk_grid()
     for i in range(rows):
