@@ -7,6 +7,7 @@ the store is opened, and its block is recomputed with a warning naming it
 (or refused, naming it, when the store is read-only); a deleted record makes
 the block computed again.
 """
+import json
 import os
 import tempfile
 from unittest import mock
@@ -110,6 +111,35 @@ class StoreDamageTest(test_utils.NeuralTangentsTestCase):
                                   r'is damaged: .*read-only.*Make the store '
                                   'writable'):
         self._reread()
+
+  @parameterized.parameters('data_type', 'endian')
+  def test_edited_metadata_is_refused_naming_it(self, field):
+    # The chunks are intact, so their checksums passed, but they were read
+    # as another dtype (zarr's 'Invalid type: NaN') or byte order (garbage
+    # from the batched call, a NaN blamed on the kernel by the predictions).
+    leaf = [d for d in os.listdir(self.path) if d.startswith('leaf')][0]
+    metadata = os.path.join(self.path, leaf, 'zarr.json')
+    with open(metadata) as f:
+      edited = json.load(f)
+    if field == 'data_type':
+      edited['data_type'] = 'int32'
+    else:
+      edited['codecs'][0]['configuration']['endian'] = 'big'
+    with open(metadata, 'w') as f:
+      json.dump(edited, f)
+    message = (rf'The metadata of the kernel store .* \({leaf}/zarr\.json: '
+               r'dtype, byte order, shape, chunks\) does not match its '
+               r'checksum: it was edited.*delete the store directory')
+    with self.assertRaisesRegex(ValueError, message):
+      self._reread()
+    k_trains = [self.path]  # The directory, and the array zarr can parse.
+    if field == 'endian':
+      import zarr  # pylint: disable=g-import-not-at-top  (needs_zarr)
+      k_trains.append(zarr.open_array(os.path.join(self.path, leaf)))
+    for k_train in k_trains:
+      with self.assertRaisesRegex(ValueError, message):
+        nt.predict.gp_inference(k_train, np.ones((6, 1)), diag_reg=1e-2,
+                                solver='cg')('ntk', self.desired[:2])
 
 
 # Module-level values read by `_global_kernel_fn` (issue 29 item 2).

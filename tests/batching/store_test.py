@@ -96,6 +96,26 @@ class StoreTest(test_utils.NeuralTangentsTestCase):
             r'batch_size or kernel_fn.*Pass another directory'):
           call()
 
+  def test_state_the_kernel_fn_keeps_is_not_its_fingerprint(self):
+    # The programs a stax `kernel_fn` compiled per signature, and the choices
+    # an empirical kernel remembers per shapes, changed the fingerprint: a
+    # store refused its own call after a direct call of `kernel_fn` (or,
+    # for an empirical kernel, after its first batched call).
+    init_fn, apply_fn, kernel_fn = _network()
+    _, params = init_fn(jax.random.PRNGKey(0), (-1, 3))
+    x = _inputs()
+    for name, fn, args in (
+        ('stax', kernel_fn, ()),
+        ('empirical', nt.empirical_kernel_fn(apply_fn), (params,))):
+      with self.subTest(name):
+        path = os.path.join(self.dir, name)
+        batched = nt.batch(fn, 3, store_on_device=False, store=path)
+        first = np.asarray(batched(x, None, 'ntk', *args))
+        fn(_inputs(4, seed=1), None, 'ntk', *args)  # Another signature.
+        again = np.asarray(batched(x, None, 'ntk', *args))
+        self.assertEqual(batched.block_counts['computed'], 0)
+        np.testing.assert_array_equal(again, first)
+
   def test_bad_store_arguments(self):
     _, _, kernel_fn = _network()
     with self.assertRaisesRegex(TypeError, r'`store` must be a directory path'

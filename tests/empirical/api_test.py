@@ -3,6 +3,8 @@ Jacobian contraction (`reference.explicit_ntk`), the other kernels, and
 errors for bad arguments.
 """
 
+import warnings
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import flax.linen as nn
@@ -13,6 +15,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src.empirical import structured_derivatives
 from tests import test_utils
 from tests.empirical.reference import AXES
 from tests.empirical.reference import cnn
@@ -525,6 +528,58 @@ class BadInputTest(test_utils.NeuralTangentsTestCase):
             x, None, make_params(mlp_params()))
     with self.assertRaisesRegex(ValueError, '`params` has no floating'):
       nt.empirical_ntk_vp_fn(mlp, x, None, None)
+
+  def test_keyword_batch_of_another_size_is_refused_before_f_runs(self):
+    # A batched keyword argument of 5 rows for 4 inputs reached `f`'s own
+    # broadcasting error; docs/empirical.md promises this ValueError.
+    f = lambda p, x, mask: (x * mask) @ p
+    x, params = normal(1, (4, 3)), normal(2, (3, 2))
+    for implementation in nt.NtkImplementation:
+      for vmap_axes in ((0, 0, {'mask': 0}), (0, 0, 0)):
+        with self.assertRaisesRegex(
+            ValueError, r'`vmap_axes=.*`: the batch axes of the inputs \(and '
+            r'batched keyword arguments\) have different sizes \[4, 5\]'):
+          nt.empirical_ntk_fn(f, vmap_axes=vmap_axes,
+                              implementation=implementation)(
+                                  x, None, params, mask=np.ones((5, 3)))
+
+  def test_complex_params_refused_and_the_fix_agrees(self):
+    # Each implementation took a different Jacobian of a complex parameter
+    # (purely imaginary kernels, zeros, or jacrev's refusal): all refuse it
+    # now, naming the leaf and the fix, two real parameters.
+    x = normal(1, (4, 3))
+    w = normal(2, (3, 2)) + 1j * normal(3, (3, 2))
+    f = lambda p, x: jnp.sin(x @ p['w']).real
+    for implementation in nt.NtkImplementation:
+      with self.assertRaisesRegex(
+          TypeError, r"`params` must be real for the NTK; got a complex128 "
+          r"leaf at params\['w'\]\. Pass its real and imaginary parts"):
+        nt.empirical_ntk_fn(f, implementation=implementation)(
+            x, None, {'w': w})
+    with self.assertRaisesRegex(TypeError, '`params` must be real'):
+      nt.empirical_kernel_fn(f)(x, None, 'ntk', {'w': w})
+    with self.assertRaisesRegex(TypeError, '`params` must be real'):
+      nt.empirical_ntk_vp_fn(f, x, None, {'w': w})
+    # The fix: every implementation gives the explicit Jacobian contraction
+    # over both real parts (STRUCTURED_DERIVATIVES and AUTO gave a complex
+    # kernel of complex intermediates; they contract Jacobians instead).
+    g = lambda p, x: f({'w': p['re'] + 1j * p['im']}, x)
+    params = {'re': w.real, 'im': w.imag}
+    expected = explicit_ntk(g, params, x, None)
+    for implementation in nt.NtkImplementation:
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore', structured_derivatives.StructuredFallbackWarning)
+        k = nt.empirical_ntk_fn(g, implementation=implementation)(
+            x, None, params)
+      self.assertEqual(k.dtype, np.float64)
+      self.assertAllClose(k, expected, rtol=1e-10, atol=1e-12)
+    # Complex outputs: `J J^T` or `J J^H` differed between implementations.
+    for implementation in nt.NtkImplementation:
+      with self.assertRaisesRegex(
+          TypeError, r'`f` returned a complex output \(dtype complex128\).*'
+          r'Return the real and imaginary parts as two real outputs'):
+        nt.empirical_ntk_fn(lambda p, x: jnp.exp(1j * x @ p['re']),
+                            implementation=implementation)(x, None, params)
 
   def test_linearize_of_wrong_params(self):
     x, params = normal(1, (4, 3)), mlp_params()

@@ -1,6 +1,8 @@
 """The ensemble's joint kernel call (`_joint_kernel_matrices`): one
 `kernel_fn` call on the concatenated inputs gives the predictions of the three
 separate calls, and is used only where it applies."""
+import os
+import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -8,6 +10,7 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+import neural_tangents as nt
 from neural_tangents import predict
 from neural_tangents._src.predict import ensemble
 from neural_tangents import stax
@@ -75,6 +78,40 @@ class JointKernelTest(test_utils.NeuralTangentsTestCase):
                                              ('nngp',), {})
     self.assertEqual([b['nngp'].shape for b in blocks],
                      [(3, 3), (2, 3), (2, 2)])
+
+
+
+@test_utils.needs_zarr
+class StoredEnsembleTest(test_utils.NeuralTangentsTestCase):
+  """`gradient_descent_mse_ensemble` over `nt.batch(..., store=d)` (issue 52
+  item 12): its second call was refused ("pass another directory"), which
+  the user cannot do through the ensemble."""
+
+  def test_each_call_gets_its_own_store_under_the_directory(self):
+    directory = self.enter_context(tempfile.TemporaryDirectory())
+    _, _, kernel_fn = stax.serial(stax.Dense(16, W_std=1.5, b_std=0.1),
+                                  stax.Relu(), stax.Dense(1))
+    r = np.random.RandomState(0)
+    x = r.randn(20, 5).astype(np.float32)
+    y = r.randn(20, 1).astype(np.float32)
+    x_tests = r.randn(6, 5).astype(np.float32), r.randn(3, 5).astype(
+        np.float32)
+    root = os.path.join(directory, 'kernels')
+    stored = predict.gradient_descent_mse_ensemble(
+        nt.batch(kernel_fn, 8, store_on_device=False, store=root), x, y,
+        diag_reg=1e-3)
+    memory = predict.gradient_descent_mse_ensemble(kernel_fn, x, y,
+                                                   diag_reg=1e-3)
+    # The first test set again (and at another time): from its stores.
+    for x_test, t in zip(x_tests + x_tests[:1], (None, None, 10.)):
+      want = memory(t, x_test, 'ntk', compute_cov=True)
+      got = stored(t, x_test, 'ntk', compute_cov=True)
+      self.assertAllClose(got, want, rtol=1e-4, atol=1e-5)
+    # train_train, and test_train / test_test per test set.
+    names = sorted(os.listdir(root))
+    self.assertLen(names, 5)
+    self.assertEqual(sorted({n.rsplit('_', 1)[0] for n in names}),
+                     ['test_test', 'test_train', 'train_train'])
 
 
 if __name__ == '__main__':

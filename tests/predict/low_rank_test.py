@@ -119,6 +119,28 @@ class LowRankGradientDescentMseTest(parameterized.TestCase):
       np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10)
 
 
+  @parameterized.named_parameters(('float32', np.float32),
+                                  ('float64', np.float64))
+  def test_infinite_time_is_finite_without_regularizer(self, dtype):
+    # `r = 0`, `t = inf`: `-expm1(-r tau)` was `-expm1(nan)` (0 * inf), all
+    # train outputs NaN; the exact path and `t=None` are finite.
+    f, f_test, _, y = _factors(8, 5, seed=4)
+    f, f_test, y = f.astype(dtype), f_test.astype(dtype), y.astype(dtype)
+    f64, f_test64 = f.astype(np.float64), f_test.astype(np.float64)
+    exact = _exact(predict.gradient_descent_mse, f64 @ f64.T,
+                   y.astype(np.float64), solver='eigh')
+    low = predict.gradient_descent_mse(predict.LowRankKernel(f), y)
+    want = _exact(exact, np.inf, 0., 0., f_test64 @ f64.T)
+    for t in (np.inf, np.array([0., np.inf])):
+      got = low(t, 0., 0., predict.LowRankKernel(f_test))
+      for g, w, w0 in zip(got, want, (np.zeros_like(y), np.zeros((3, 2)))):
+        self.assertTrue(np.all(np.isfinite(g)))
+        g = np.asarray(g).reshape((-1,) + w.shape)
+        np.testing.assert_allclose(g[-1], w, rtol=1e-5, atol=1e-5)
+        if g.shape[0] == 2:
+          np.testing.assert_allclose(g[0], w0, atol=0)
+
+
 class LowRankKernelTest(parameterized.TestCase):
 
   def test_float32_factor_accumulates_to_float32_round_off(self):
@@ -154,6 +176,56 @@ class LowRankKernelTest(parameterized.TestCase):
             dtype=np.float64)
         self.assertTrue(k.is_streamed)
         np.testing.assert_allclose(k.dense(), feat @ feat.T, rtol=1e-10)
+
+  def test_from_features_refuses_batch_dependent_features(self):
+    # 'EXACT' features factor each batch's kernel in its own basis: rows of
+    # different batches made a factor whose means were 2.8x off.
+    x = np.asarray(random.normal(random.PRNGKey(1), (8, 5)))
+    for method in ('EXACT', 'RANDFEAT'):
+      init_fn, feature_fn = ft.serial(
+          ft.DenseFeatures(16), ft.ReluFeatures(method=method),
+          ft.DenseFeatures(1))
+      _, params = init_fn(random.PRNGKey(0), x.shape)
+      make = lambda: predict.LowRankKernel.from_features(  # pylint: disable=cell-var-from-loop
+          feature_fn, params, x, batch_size=4)
+      if method == 'RANDFEAT':
+        self.assertEqual(make().dense().shape, (8, 8))
+        continue
+      with self.assertRaisesRegex(
+          ValueError, r'`feature_fn` gives ntk_feat of dimension 4 for 2 '
+          r'inputs and 6 for 3: its features depend on the whole batch.*'
+          r'RANDFEAT'):
+        make()
+
+  def test_complex_factor_refused(self):
+    # Its imaginary part was dropped with NumPy's ComplexWarning only.
+    f, _, _, _ = _factors(6, 3)
+    fix = r'must be real; got dtype complex128.*z.real, z.imag'
+    with self.assertRaisesRegex(TypeError, '`factor` of a LowRankKernel ' + fix):
+      predict.LowRankKernel(f + 1j * f)
+    streamed = predict.LowRankKernel(lambda a, b: (f + 1j * f)[a:b], n=6)
+    with self.assertRaisesRegex(TypeError, fix):
+      streamed.dense()
+
+  def test_bad_targets_and_overflowing_factor_name_the_cause(self):
+    f, f_test, _, y = _factors(8, 5, seed=4)
+    y_nan = y.copy()
+    y_nan[2, 1] = np.nan
+    for make in (predict.gp_inference, predict.gradient_descent_mse):
+      # Was blamed on the factor `F`.
+      with self.assertRaisesRegex(
+          ValueError, r'`y_train` has 1 NaN or inf entries \(in rows \[2\]\)'):
+        make(predict.LowRankKernel(f), y_nan)
+    # float16 rows whose F^T F overflows float16 (65504) but not float32:
+    # accumulated in float32, the means of the float64 solve.
+    f16 = (200 * f).astype(np.float16)
+    low = predict.gp_inference(predict.LowRankKernel(f16), y, 1e-3)(
+        'nngp', predict.LowRankKernel(f_test.astype(np.float16)))
+    f64 = f16.astype(np.float64)
+    reg = 1e-3 * np.sum(f64**2) / len(f64)
+    want = f_test.astype(np.float16).astype(np.float64) @ np.linalg.solve(
+        f64.T @ f64 + reg * np.eye(5), f64.T @ y)
+    np.testing.assert_allclose(low, want, rtol=1e-5, atol=1e-6)
 
   def test_bad_inputs_name_the_argument(self):
     f, f_test, _, y = _factors(6, 3)

@@ -179,6 +179,41 @@ class PredictFromStoreTest(test_utils.NeuralTangentsTestCase):
     with self.assertRaisesRegex(ValueError, 'y_train` has 40 rows'):
       nt.predict.gradient_descent_mse(k, self.y, solver='cg')
 
+  def test_non_finite_kernel_is_refused_naming_the_entry(self):
+    # A NaN input: the in-memory path names the NaN kernel; conjugate
+    # gradients on the store met NumPy's 'Probabilities contain NaN'.
+    x = self.x.copy()
+    x[3, 1] = np.nan
+    k, _ = self._store('nan', x, None, 'ntk')
+    for make in (nt.predict.gp_inference, nt.predict.gradient_descent_mse):
+      with self.assertRaisesRegex(
+          ValueError, r'`k_train_train` contains NaN or inf values \(first '
+          r'at row 3, column 3: nan, in block \(0, 0\) of the store\)'):
+        predict = make(k, self.y, diag_reg=1e-2, solver='cg')
+        if make is nt.predict.gp_inference:
+          predict('ntk', k[...][:3])
+        else:
+          predict(None, None, 0., k[...][:3])
+    # Off the diagonal (a zarr array outside a store, no checksums): found by
+    # the first pass over the row blocks.
+    import zarr  # pylint: disable=g-import-not-at-top  (needs_zarr)
+    kernel = np.asarray(self._store('train', self.x, None, 'ntk')[0][...])
+    kernel[20, 2] = kernel[2, 20] = np.inf
+    array = zarr.open_array(os.path.join(self.directory, 'plain'), mode='w',
+                            shape=kernel.shape, chunks=(16, 16),
+                            dtype=kernel.dtype)
+    array[...] = kernel
+    with self.assertRaisesRegex(ValueError, r'first at row 2, column 20: '
+                                r'inf, in block \(0, 1\)'):
+      nt.predict.gp_inference(array, self.y, diag_reg=1e-2, solver='cg')(
+          'ntk', kernel[:3])
+
+  def test_stored_kernel_of_a_numpy_array_is_refused(self):
+    with self.assertRaisesRegex(
+        TypeError, r'`StoredKernel` reads a zarr array .*got a ndarray\. '
+        r'Pass an in-memory kernel directly as `k_train_train`'):
+      nt.predict.StoredKernel(np.eye(3))
+
   @parameterized.parameters('cholesky', 'eigh')
   def test_other_solvers_read_the_store_whole(self, solver):
     k, _ = self._store('train', self.x, None, 'ntk')

@@ -3,6 +3,7 @@ published release accepted are accepted, and wrong ones get a message that
 names the argument, the value and the fix."""
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import neural_tangents as nt
@@ -108,6 +109,34 @@ class ArgumentMessagesTest(test_utils.NeuralTangentsTestCase):
       nt.monte_carlo_kernel_fn(init_fn, None, jax.random.PRNGKey(0), 2)
     with self.assertRaisesRegex(TypeError, '`init_fn` must be callable'):
       nt.monte_carlo_kernel_fn(None, apply_fn, jax.random.PRNGKey(0), 2)
+
+
+class NumericScalarTest(test_utils.NeuralTangentsTestCase):
+  """NumPy and JAX scalars are numbers wherever a float is (issue 52 item
+  11): `LayerNorm(eps=np.float32(1e-6))`, `Dropout(jnp.array(0.5))` were
+  refused with messages contradicting the input, `Rbf(gamma=np.float32(-1))`
+  accepted."""
+
+  _LAYERS = (('LayerNorm', 'eps', 1e-6, -1.), ('Dropout', 'rate', 0.5, 1.5),
+             ('Rbf', 'gamma', 0.5, -1.), ('ExpNormalized', 'gamma', 0.5, -1.))
+  _SCALARS = (np.float32, np.float64, jnp.float32, jnp.array,
+              lambda v: np.array(v, np.float32))
+
+  def test_numpy_and_jax_scalars_are_numbers(self):
+    x = np.random.RandomState(0).randn(3, 4)
+    for name, arg, good, bad in self._LAYERS:
+      network = lambda value: stax.serial(  # pylint: disable=cell-var-from-loop
+          stax.Dense(4), getattr(stax, name)(**{arg: value}), stax.Dense(1))
+      want = network(good)[2](x, None, 'nngp')
+      for scalar in self._SCALARS:
+        self.assertAllClose(network(scalar(good))[2](x, None, 'nngp'), want,
+                            rtol=1e-6, atol=0)
+        with self.assertRaisesRegex(ValueError, f'`{arg}`.*got .*' +
+                                    f'{bad:g}'.replace('.', r'\.')):
+          getattr(stax, name)(**{arg: scalar(bad)})
+    with self.assertRaisesRegex(ValueError, r'`eps` must be a non-negative '
+                                r"number .*got 'small'"):
+      stax.LayerNorm(eps='small')
 
 
 class NumpyMaskedArrayTest(test_utils.NeuralTangentsTestCase):

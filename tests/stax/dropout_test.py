@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import neural_tangents as nt
 from neural_tangents import stax
 from neural_tangents._src.utils import kernel as kernel_lib
 from tests import test_utils
@@ -72,13 +73,51 @@ class DropoutTest(test_utils.NeuralTangentsTestCase):
         self.assertAllClose(
             k.cov1, scaled(k0.cov1, self_pairs(3, not diagonal_batch)),
             rtol=1e-12, atol=0)
-        # A separate x2 is a separate forward pass: nngp and ntk unchanged.
+        # A different x2 is a separate forward pass: nngp and ntk unchanged.
         k0, k = before(x1, x2, **kw), after(x1, x2, **kw)
         self.assertAllClose((k.nngp, k.ntk), (k0.nngp, k0.ntk), rtol=1e-12,
                             atol=0)
         self.assertAllClose(
             k.cov2, scaled(k0.cov2, self_pairs(2, not diagonal_batch)),
             rtol=1e-12, atol=0)
+
+  def test_x2_equal_to_x1_is_one_forward_pass(self):
+    # Monte Carlo estimates (and the published release) take `x2` equal to
+    # `x1` as one forward pass (`apply_fn(x2)` gets `apply_fn(x1)`'s key), so
+    # the kernel does too: the self pairs are rescaled as with `x2=None`.
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.Dense(8, b_std=0.2), stax.Relu(), stax.Dropout(0.5),
+        stax.Dense(1))
+    with jax.enable_x64(True):
+      x1, x2 = _inputs((5, 4), (5, 4), np.float64)
+      one = kernel_fn(x1, None)
+      for x1_again in (x1, np.array(x1), jnp.array(x1)):
+        k = kernel_fn(x1, x1_again)
+        self.assertAllClose((k.nngp, k.ntk, k.cov1, k.cov2),
+                            (one.nngp, one.ntk, one.cov1, one.cov1),
+                            rtol=1e-12, atol=0)
+        self.assertFalse(k.x1_is_x2)
+        self.assertAllClose(kernel_fn(x1, x1_again, 'cov2'), one.cov1,
+                            rtol=1e-12, atol=0)
+      # Under `jit` the equality is traced, and selects the same kernels.
+      jitted = jax.jit(kernel_fn, static_argnames='get')
+      self.assertAllClose(jitted(x1, jnp.array(x1), get=('nngp', 'ntk')),
+                          (one.nngp, one.ntk), rtol=1e-12, atol=0)
+      # A different x2 (same shape) is a separate pass: no self pairs.
+      _, _, no_dropout = stax.serial(stax.Dense(8, b_std=0.2), stax.Relu(),
+                                     stax.Dense(1))
+      for fn in (kernel_fn, jitted):
+        self.assertAllClose(fn(x1, x2, get='nngp'),
+                            no_dropout(x1, x2, 'nngp'), rtol=1e-12, atol=0)
+      # nt.batch's diagonal blocks pair x1 with itself too.
+      batched = nt.batch(kernel_fn, batch_size=5)
+      self.assertAllClose(batched(x1, jnp.array(x1), 'nngp'), one.nngp,
+                          rtol=1e-12, atol=0)
+      # The Monte Carlo convention this follows: x2 = x1 gives x2 = None.
+      mc = nt.monte_carlo_kernel_fn(init_fn, apply_fn, jax.random.PRNGKey(0),
+                                    n_samples=2)
+      self.assertAllClose(mc(x1, np.array(x1), 'nngp'), mc(x1, None, 'nngp'),
+                          rtol=1e-12, atol=0)
 
   @parameterized.named_parameters(('fc', (3, 4)), ('sequence', (3, 4, 2)),
                                   ('image', (2, 3, 3, 2)))

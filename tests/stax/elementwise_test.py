@@ -472,6 +472,52 @@ class ClosedFormTest(test_utils.NeuralTangentsTestCase):
       for exact, numerical in zip(*kernels):
         self.assertLess(test_utils.relative_error(numerical, exact), 1e-7)
 
+  def test_numerical_tanh_meets_its_documented_degree_rule(self):
+    # `ElementwiseNumerical`'s docstring: for tanh, `deg >= 20 q_max + 16`
+    # keeps the NTK within 1e-3 (it suggested deg=25, 6% off at q ~ 5).
+    # Reference: float64 trapezoid rule in (z1, z2) on [-12, 12], 1201
+    # points (error ~exp(-pi^2 / (sqrt(q) h)), far below 1e-10 here).
+    z = np.linspace(-12., 12., 1201)
+    w = np.exp(-z**2 / 2) / np.sqrt(2 * np.pi) * (z[1] - z[0])
+    ww = w[:, None] * w[None, :]
+
+    def expectation(f, q1, q2, c):
+      rho = np.clip(c / np.sqrt(q1 * q2), -1., 1.)
+      u = np.sqrt(q1) * z[:, None]
+      v = np.sqrt(q2) * (rho * z[:, None] + np.sqrt(1. - rho**2) * z[None])
+      return np.sum(ww * f(u) * f(v))
+
+    dtanh = lambda x: 1. / np.cosh(x)**2
+    with jax.enable_x64(True):
+      x = np.random.RandomState(0).randn(3, 4)
+      for w_std in (1., 2.):
+        k_in = stax.Dense(1, W_std=w_std)[2](x, None)
+        q = np.diag(k_in.nngp)
+        deg = math.ceil(20 * q.max() + 16)
+        k = stax.serial(stax.Dense(1, W_std=w_std),
+                        stax.ElementwiseNumerical(jnp.tanh, deg=deg))[2](
+                            x, None)
+        pairs = [(i, j) for i in range(3) for j in range(3)]
+        nngp = np.array([expectation(np.tanh, q[i], q[j], k_in.nngp[i, j])
+                         for i, j in pairs]).reshape(3, 3)
+        ntk = np.array([expectation(dtanh, q[i], q[j], k_in.nngp[i, j])
+                        for i, j in pairs]).reshape(3, 3) * k_in.ntk
+        self.assertLess(test_utils.relative_error(k.nngp, nngp), 1e-4)
+        self.assertLess(test_utils.relative_error(k.ntk, ntk), 1e-3)
+
+  def test_numerical_integration_at_high_degree_is_finite(self):
+    # NumPy's `hermgauss` overflows from degree 360 on: the kernel was NaN.
+    with jax.enable_x64(True):
+      x1, x2 = _inputs(np.float64)
+      kernels = []
+      for layer in (stax.Erf(),
+                    stax.ElementwiseNumerical(jax.scipy.special.erf,
+                                              deg=400)):
+        _, _, kernel_fn = stax.serial(stax.Dense(1, W_std=3., b_std=0.3),
+                                      layer)
+        kernels.append(kernel_fn(x1, x2, ('nngp', 'ntk')))
+      self.assertAllClose(kernels[1], kernels[0], rtol=1e-9, atol=1e-12)
+
   def test_numerical_integration_is_exact_for_polynomials(self):
     # Gauss-Hermite of degree `deg` integrates degree < 2 deg exactly.
     with jax.enable_x64(True):

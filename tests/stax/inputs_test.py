@@ -1,6 +1,7 @@
 """Tests of `stax.inputs`: the input kernel and the layout of input arrays."""
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -62,6 +63,28 @@ class InputsToKernelTest(test_utils.NeuralTangentsTestCase):
       inputs.inputs_to_kernel(jnp.ones((2, 3)), None, diagonal_batch=True,
                               diagonal_spatial=False, compute_ntk=False,
                               batch_axis=0, channel_axis=-2)
+
+
+class EmptyInputsTest(test_utils.NeuralTangentsTestCase):
+  """0 channels or positions reached JAX's 'zero-size array to reduction'
+  (and `Dense`'s apply_fn a ZeroDivisionError); an empty batch is fine."""
+
+  def test_no_channels_or_positions_are_refused(self):
+    init_fn, _, kernel_fn = stax.serial(stax.Dense(4), stax.Relu(),
+                                        stax.Dense(1))
+    for x1, x2, name, what in (
+        (np.ones((3, 0)), None, 'x1', 'channel axis 1'),
+        (np.ones((3, 2)), np.ones((3, 0)), 'x2', 'channel axis 1'),
+        (np.ones((3, 0, 2)), None, 'x1', 'spatial axis 1')):
+      with self.assertRaisesRegex(
+          ValueError, f'`{name}` has shape .*, with no entries on its {what}: '
+          'the kernel averages'):
+        kernel_fn(x1, x2, 'nngp')
+    with self.assertRaisesRegex(ValueError, r'`Dense` needs at least one '
+                                r'input channel; got input_shape=\(3, 0\)'):
+      init_fn(jax.random.PRNGKey(0), (3, 0))
+    self.assertEqual(kernel_fn(np.ones((0, 3)), np.ones((2, 3)), 'nngp').shape,
+                     (0, 2))
 
 
 class InputLayoutTest(test_utils.NeuralTangentsTestCase):

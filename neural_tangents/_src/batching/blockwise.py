@@ -243,6 +243,12 @@ def batched(kernel_fn: Callable[..., Any], batch_size: Optional[int],
     return out
 
   batched_kernel_fn.block_counts = None
+  # The store, and the same batched function writing into another one (the
+  # ensemble stores each kernel it asks for in its own subdirectory).
+  batched_kernel_fn.store = store
+  batched_kernel_fn.with_store = lambda path: batched(
+      kernel_fn, batch_size, devices, store_on_device, progress,
+      os.fspath(path))
 
   return batched_kernel_fn
 

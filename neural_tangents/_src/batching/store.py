@@ -11,7 +11,10 @@ A store is a directory holding
 * `complete/<i>_<j>`: one record per finished block `(i, j)`, created
   (atomically, by rename) only after the block's chunk files of every leaf
   are written and flushed to disk (`fsync`). It holds the SHA-256 of each of
-  those chunk files, verified when the store is opened: a block whose chunk
+  those chunk files, and of each leaf's metadata (`<leaf>/zarr.json`: dtype,
+  byte order, shape, chunks; an edited one is refused, naming it, since it
+  would reinterpret intact chunks), verified when the store is opened: a
+  block whose chunk
   is damaged (overwritten, truncated) or missing is recomputed with a
   `RuntimeWarning` naming it (or, in a read-only store, refused with a
   `ValueError` naming it), never served as the kernel. A block without a
@@ -48,6 +51,7 @@ from neural_tangents._src.batching.splitting import Task
 
 _FINGERPRINT = 'fingerprint.json'
 _COMPLETE = 'complete'
+_METADATA = 'zarr.json'  # A zarr v3 array's metadata file.
 # How deep `fingerprint_of` follows the functions a kernel function closes
 # over (`serial` of `serial` of layers is a few levels).
 _MAX_DEPTH = 12
@@ -287,6 +291,9 @@ class Store:
       self._damage(block, record, 'its record has no readable checksums')
       return False
     for chunk, expected in sorted(chunks.items()):
+      if chunk.endswith('/' + _METADATA):
+        check_metadata(self.path, chunk.split('/')[0])  # Raises if edited.
+        continue
       found = file_checksum(os.path.join(self.path, chunk))
       if found != expected:
         why = ('the chunk file is missing' if found is None else
@@ -317,7 +324,8 @@ class Store:
     name = _leaf_directory(name)
     fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
     directory = os.path.join(self.path, name)
-    if os.path.exists(os.path.join(directory, 'zarr.json')):
+    if os.path.exists(os.path.join(directory, _METADATA)):
+      check_metadata(self.path, name)
       arr = self.zarr.open_array(directory, mode='r+')
     else:
       arr = self.zarr.create_array(
@@ -335,6 +343,10 @@ class Store:
     checksums = {}
     for name, coords in chunks:
       name = _leaf_directory(name)
+      # The leaf's metadata (dtype, byte order, shape, chunks) is recorded
+      # too: an edit of it would reinterpret intact chunk bytes.
+      checksums[f'{name}/{_METADATA}'] = file_checksum(
+          os.path.join(self.path, name, _METADATA))
       key = self.arrays[name].metadata.encode_chunk_key(tuple(coords))
       path = os.path.join(self.path, name, key)
       _fsync_file(path)
@@ -387,6 +399,30 @@ def recorded_chunks(root: str) -> dict[str, Optional[str]]:
     except (OSError, ValueError, KeyError, TypeError):
       continue  # An unreadable record finishes nothing.
   return out
+
+
+def check_metadata(root: str, leaf: str) -> None:
+  """Raises a `ValueError` if the metadata file of the store's `leaf`
+  (`<leaf>/zarr.json`: dtype, byte order, shape, chunks) differs from the
+  checksum its block records hold (stores written before metadata was
+  recorded hold none: nothing to check).
+
+  Example:
+    >>> check_metadata('/nonexistent', 'leaf')
+  """
+  key = f'{leaf}/{_METADATA}'
+  expected = recorded_chunks(root).get(key)
+  if expected is None:
+    return
+  found = file_checksum(os.path.join(root, leaf, _METADATA))
+  if found != expected:
+    why = 'is missing' if found is None else 'does not match its checksum'
+    raise ValueError(
+        f'The metadata of the kernel store {root!r} ({key}: dtype, byte '
+        f'order, shape, chunks) {why}: it was edited after the blocks were '
+        'written, so their bytes would be read as another array. Restore '
+        'the file, or delete the store directory and run the batched '
+        'function again to recompute it.')
 
 
 def _leaf_directory(path: str) -> str:

@@ -40,6 +40,7 @@ may be traced or diagonal.
 """
 import functools
 import math
+import types
 from typing import Any, Callable, Optional, Union
 
 import jax
@@ -126,14 +127,19 @@ def empirical_ntk_fn(
   diagonal_axes = problem_lib.parse_output_axes(diagonal_axes,
                                                 'diagonal_axes')
   problem_lib.check_vmap_axes(vmap_axes)
-  choices: dict = {}  # AUTO's choice per shapes, see `auto.choose`.
-  per_example: dict = {}  # See `_per_example_where_equivalent`.
+  # Decisions remembered per shapes, held by an object rather than dicts in
+  # the closure: a store's fingerprint of `ntk_fn` (`nt.batch(...,
+  # store=)`) describes the dicts it closes over, and these fill as it runs.
+  memo = types.SimpleNamespace(
+      choices={},  # AUTO's choice per shapes, see `auto.choose`.
+      per_example={})  # See `_per_example_where_equivalent`.
 
   def ntk_fn(x1: PyTree, x2: Optional[PyTree], params: PyTree,
              **apply_fn_kwargs) -> PyTree:
     x2 = problem_lib.canonical_x2(x2)
     problem_lib.check_inputs(x1, x2)
     problem_lib.check_params(params)
+    problem_lib.reject_complex_params(params)
     setup = functools.partial(problem_lib.setup, f, x1, x2, params,
                               apply_fn_kwargs, trace_axes, diagonal_axes)
     problem, param_leaves, data1, data2 = setup(vmap_axes)
@@ -142,13 +148,13 @@ def empirical_ntk_fn(
                                 param_leaves, data1, data2)
       problem, fn = auto.choose(
           problem, other, param_leaves, data1, data2,
-          problem_lib.static_kwargs_key(apply_fn_kwargs), choices)
+          problem_lib.static_kwargs_key(apply_fn_kwargs), memo.choices)
     else:
       fn = implementations.implementation(implementation).kernel_fn
       if vmap_axes is None:
         problem = _per_example_where_equivalent(
             setup, problem, param_leaves, data1, data2,
-            problem_lib.static_kwargs_key(apply_fn_kwargs), per_example)
+            problem_lib.static_kwargs_key(apply_fn_kwargs), memo.per_example)
     kernels = problem_lib.place_example_axes(
         problem, fn(problem, param_leaves, data1, data2))
     return tree_util.tree_unflatten(problem.out_treedef, kernels)
@@ -320,6 +326,7 @@ def empirical_ntk_vp_fn(f: ApplyFn, x1: PyTree, x2: Optional[PyTree],
   x2 = problem_lib.canonical_x2(x2)
   problem_lib.check_inputs(x1, x2)
   problem_lib.check_params(params)
+  problem_lib.reject_complex_params(params)
   kwargs1, kwargs2, _ = rng_lib.split_kwargs(apply_fn_kwargs, x1, x2)
   x2 = x1 if x2 is None else x2
 

@@ -94,6 +94,32 @@ def check_params(params: PyTree) -> None:
         f'differentiates `f` with respect to them. {fix}')
 
 
+def reject_complex_params(params: PyTree) -> None:
+  """Raises a `TypeError` if a leaf of `params` is complex.
+
+  The NTK sums `J J^T` over real parameters; a complex parameter has no one
+  such Jacobian (the implementations would each take a different one:
+  `jacrev` refuses complex outputs, vector products conjugate or not), so
+  it is refused, with the fix: its real and imaginary parts as two real
+  parameters, which is the NTK of gradient descent on both.
+
+  Example:
+    >>> reject_complex_params({'w': jnp.ones(3)})
+  """
+  complex_leaves = [
+      (tree_util.keystr(path), jnp.result_type(leaf).name)
+      for path, leaf in tree_util.tree_leaves_with_path(params)
+      if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating)]
+  if complex_leaves:
+    path, dtype = complex_leaves[0]
+    raise TypeError(
+        f'`params` must be real for the NTK; got a {dtype} leaf at '
+        f'params{path}. Pass its real and imaginary parts as two real '
+        "parameters, e.g. `{'re': w.real, 'im': w.imag}` with `f` using "
+        "`p['re'] + 1j * p['im']`: the NTK is then that of gradient "
+        'descent on both parts.')
+
+
 def is_int(vmap_axes: VMapAxes) -> bool:
   """Whether `vmap_axes` is one int (not a bool): the same axis everywhere."""
   return (isinstance(vmap_axes, (int, np.integer)) and
@@ -351,6 +377,7 @@ def setup(f: ApplyFn, x1: PyTree, x2: Optional[PyTree], params: PyTree,
       axes = _pytree_vmap_axes(vmap_axes, x, out_tree)
     if per_example:  # Checked before calling f, which may fail otherwise.
       in_axes, kwarg_axes = _input_axes(axes, x, arrays)
+      batch_size(data, in_axes + kwarg_axes, vmap_axes)
     if out_tree is None:
       out_tree = jax.eval_shape(tree_fn, param_leaves, data)
     _check_outputs(tree_util.tree_leaves(out_tree))
@@ -439,6 +466,13 @@ def _check_outputs(outputs: Sequence[Any]) -> None:
       raise ValueError(f'`f` returned an output of dtype {output.dtype}; the '
                        'empirical kernels need floating-point outputs: cast '
                        "the output in `f`, e.g. `out.astype('float32')`.")
+    if jnp.issubdtype(output.dtype, jnp.complexfloating):
+      # `J J^T` or `J J^H`? The implementations differ: refused, with the
+      # real formulation, which all agree on.
+      raise TypeError(
+          f'`f` returned a complex output (dtype {output.dtype}); the NTK '
+          'needs real outputs. Return the real and imaginary parts as two '
+          'real outputs, e.g. `jnp.stack([y.real, y.imag], -1)`.')
     if output.ndim == 0:
       raise ValueError('`f` returned a scalar output (shape ()); every '
                        'output needs a batch axis (axis 0, or the one given '
@@ -510,18 +544,31 @@ def _output_axes(vmap_axes: VMapAxes, out_tree: PyTree) -> list:
   return axes
 
 
-def _per_example_side(fn: Callable, param_leaves: list, data: list,
-                      data_axes: tuple, out_tree: PyTree,
-                      out_axes: Sequence[int], vmap_axes: VMapAxes,
-                      n_x: int) -> Side:
-  """A `Side` whose `single_fn` runs `f` on one example (a batch of one)."""
+def batch_size(data: Sequence[Any], data_axes: Sequence[Optional[int]],
+               vmap_axes: VMapAxes) -> int:
+  """The one size of the batch axes `data_axes` of `data`, or raises a
+  `ValueError` naming `vmap_axes` (before `f` is called, which may fail
+  otherwise with an error of its own).
+
+  Example:
+    >>> batch_size([jnp.ones((4, 3)), jnp.ones(2)], [0, None], 0)
+    4
+  """
   sizes = {np.shape(d)[a] for d, a in zip(data, data_axes) if a is not None}
   if len(sizes) != 1:
     raise ValueError(
         f'`vmap_axes={vmap_axes!r}`: the batch axes of the inputs (and '
         f'batched keyword arguments) have different sizes {sorted(sizes)}; '
         'give each leaf its batch axis, and None for shared leaves.')
-  n = sizes.pop()
+  return next(iter(sizes))
+
+
+def _per_example_side(fn: Callable, param_leaves: list, data: list,
+                      data_axes: tuple, out_tree: PyTree,
+                      out_axes: Sequence[int], vmap_axes: VMapAxes,
+                      n_x: int) -> Side:
+  """A `Side` whose `single_fn` runs `f` on one example (a batch of one)."""
+  n = batch_size(data, data_axes, vmap_axes)
   for o, a in zip(tree_util.tree_leaves(out_tree), out_axes):
     if o.shape[a] != n:
       raise ValueError(

@@ -8,11 +8,11 @@ argument given as a 2-tuple is the pair `(value for x1, value for x2)`.
 from typing import Any, Callable, Optional, Union
 
 import jax
-from jax import tree_util
 import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.utils.typing import Array, PyTree
+from neural_tangents._src.utils.utils import inputs_are_equal
 
 
 def takes_rng_pairs(kernel_fn: Callable) -> Callable:
@@ -51,29 +51,6 @@ def is_single_key(value: Any) -> bool:
     (True, False)
   """
   return is_array(value) and is_raw_key(value)
-
-
-def inputs_are_equal(x1: PyTree,
-                     x2: Optional[PyTree]) -> Union[bool, Array]:
-  """Whether x2 is None or has x1's values (a traced bool under tracing).
-
-  Example:
-    >>> inputs_are_equal(jnp.ones(2), None), inputs_are_equal(jnp.ones(2),
-    ...                                                       jnp.zeros(2))
-    (True, False)
-  """
-  if x2 is None or x2 is x1:
-    return True
-  leaves1, treedef1 = tree_util.tree_flatten(x1)
-  leaves2, treedef2 = tree_util.tree_flatten(x2)
-  if treedef1 != treedef2 or any(np.shape(a) != np.shape(b)
-                                 for a, b in zip(leaves1, leaves2)):
-    return False
-  if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves1 + leaves2):
-    return all(np.array_equal(np.asarray(a), np.asarray(b))
-               for a, b in zip(leaves1, leaves2))
-  return jnp.all(jnp.stack([jnp.all(a == b)
-                            for a, b in zip(leaves1, leaves2)]))
 
 
 def read_rng(rng: Any, x1: PyTree,

@@ -1,7 +1,9 @@
 """Gaussian outputs of ensembles of infinitely wide networks trained on MSE
 (`gradient_descent_mse_ensemble`), from a stax-style `kernel_fn`."""
 import functools
+import hashlib
 import math
+import os
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -73,6 +75,44 @@ def _kernel_fn_matrices(kernel_fn: Callable[..., Any], x1: Array,
 # Joint kernels (see `_joint_kernel_matrices`) are computed for at most this
 # many training and test points together.
 JOINT_KERNEL_MAX_POINTS = 512
+
+
+def _store_per_call(kernel_fn: Callable[..., Any],
+                    x_train: Any) -> Callable[..., Any]:
+  """`kernel_fn`, each distinct call in its own store where it is an
+  `nt.batch(..., store=root)` function.
+
+  One store holds the kernel of one call (its fingerprint refuses any
+  other), and the ensemble makes up to three calls per prediction: each goes
+  to `root/<train|test>_<train|test>_<digest>`, the digest (SHA-256) of its
+  inputs, `get` and keyword arguments. The same call again (a prediction
+  repeated, or resumed after a kill) finds its store complete.
+  """
+  root = getattr(kernel_fn, 'store', None)
+  with_store = getattr(kernel_fn, 'with_store', None)
+  if root is None or with_store is None:
+    return kernel_fn
+
+  def kernel_fn_in_its_store(x1: Any, x2: Any = None, get: Any = None,
+                             **kwargs) -> Any:
+    leaves = jax.tree_util.tree_leaves((x1, x2, get, kwargs))
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+      return kernel_fn(x1, x2, get, **kwargs)  # No store under tracing.
+    digest = hashlib.sha256(repr(jax.tree_util.tree_structure(
+        (x1, x2, get, kwargs))).encode())
+    for leaf in leaves:
+      if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+        leaf = np.asarray(leaf)
+        digest.update(f'{leaf.shape}{leaf.dtype}'.encode())
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+      else:
+        digest.update(repr(leaf).encode())
+    side = lambda x: 'train' if x is x_train else 'test'
+    name = f'{side(x1)}_{side(x1 if x2 is None else x2)}_'
+    path = os.path.join(root, name + digest.hexdigest()[:16])
+    return with_store(path)(x1, x2, get, **kwargs)
+
+  return kernel_fn_in_its_store
 
 
 def _joint_kernel_matrices(
@@ -358,6 +398,7 @@ def gradient_descent_mse_ensemble(
   layout = output_layout(y_train, trace_axes)
   options = solve_options(solver, diag_reg, diag_reg_absolute_scale, tol,
                           maxiter, preconditioner_rank, progress)
+  kernel_fn = _store_per_call(kernel_fn, x_train)
   train = TrainKernels(
       y_train, layout, options, trace_axes=trace_axes,
       name='kernel_fn(x_train, None, "{}")',
@@ -480,8 +521,8 @@ def _test_kernels(train: TrainKernels, kernel_fn: Callable[..., Any],
     kernels = {k: joint[2][k] for k in priors} if joint else (
         _kernel_fn_matrices(kernel_fn, x_test, None, priors,
                             _test_test_kwargs(train_kwargs, test_kwargs)))
-    k_test_test = {
-        kernel: kernel_to_matrix(k.astype(dtype), n_pairs,
+    k_test_test = {  # Covariances need it whole (a store read in memory).
+        kernel: kernel_to_matrix(stored.whole(k).astype(dtype), n_pairs,
                                  name=f'kernel_fn(x_test, None, "{kernel}")')
         for kernel, k in kernels.items()}
   return _Test(k_test_train, k_test_test, test_shape,
@@ -552,7 +593,8 @@ def _finite_time(train: TrainKernels, posterior: Posterior, test: _Test,
   """Test predictions at finite times, in the flow kernel's eigenbasis."""
   eig, y_eigen = train.eigen(posterior.flow)
   scales = integrated_relaxation(eig, tau)
-  b = test.train[posterior.flow] @ eig.evecs
+  # Finite times need the test-train kernel whole (a store read in memory).
+  b = jnp.asarray(stored.whole(test.train[posterior.flow])) @ eig.evecs
   mean = scaled_product(b, scales, y_eigen)
   mean = matrix_to_outputs(mean.reshape(t_shape + mean.shape[1:]),
                            test.shape, train.layout)
@@ -560,7 +602,7 @@ def _finite_time(train: TrainKernels, posterior: Posterior, test: _Test,
     return mean
   middle = (None if posterior.prior == posterior.flow else
             train.prior_in_eigenbasis(posterior.flow, posterior.prior))
-  d = eig.evecs.T @ test.train[posterior.prior].T
+  d = eig.evecs.T @ jnp.asarray(stored.whole(test.train[posterior.prior])).T
   cov = finite_time_covariance(b, scales, test.test[posterior.prior], d,
                                middle, eig.evals)
   cov = matrix_to_covariance(cov.reshape(t_shape + cov.shape[1:]),

@@ -103,6 +103,7 @@ class LowRankKernel:
     if n is not None and n != factor.shape[0]:
       raise ValueError(f'`n`={n} but `factor` has {factor.shape[0]} rows. '
                        'Leave `n` out for an array factor.')
+    _check_real(np.dtype(factor.dtype), 'factor')
     self._rows_fn, self._array, self.n = None, factor, int(factor.shape[0])
 
   @classmethod
@@ -129,6 +130,11 @@ class LowRankKernel:
     Returns:
       A `LowRankKernel` whose factor rows are computed batch by batch, under
       `jax.jit`, each time the factor is streamed.
+
+    Raises:
+      ValueError: if the features' dimension depends on the batch size
+        (traced for 2 and 3 inputs): the 'EXACT' methods factor each batch in
+        its own basis, and rows of different batches are not one factor.
     """
     if kernel not in _FEATURE_KERNELS:
       raise ValueError(f'`kernel` must be one of {_FEATURE_KERNELS}; got '
@@ -163,7 +169,9 @@ class LowRankKernel:
             '`GlobalAvgPoolFeatures()`.')
       return np.asarray(feat)[:stop - start]
 
-    return cls(rows, n, block_rows=batch_size)
+    low_rank = cls(rows, n, block_rows=batch_size)
+    _check_row_wise(features, params, np.asarray(inputs(0, 1)), kernel)
+    return low_rank
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -186,6 +194,7 @@ class LowRankKernel:
             f'must return rows {start}:{stop} of the factor, of shape '
             f'({stop - start}, D); got shape {block.shape}. Check `n` and '
             'that the callable slices its rows.')
+    _check_real(block.dtype, 'factor')
     if not np.issubdtype(block.dtype, np.floating):
       block = block.astype(np.float64)
     return block
@@ -210,6 +219,43 @@ class LowRankKernel:
         '(or `k.dense()` to build the n x n kernel of a small one).')
 
 
+def _check_real(dtype: np.dtype, arg: str) -> None:
+  """Raises a `TypeError` for a complex (or non-numeric) factor dtype."""
+  if np.issubdtype(dtype, np.complexfloating) or not (
+      np.issubdtype(dtype, np.number) or dtype == np.bool_):
+    raise TypeError(
+        f'`{arg}` of a LowRankKernel must be real; got dtype {dtype}. The '
+        'kernel is F F^T over real features: for complex features z pass '
+        '`np.concatenate([z.real, z.imag], axis=1)`, whose F F^T is the '
+        'real part of z conj(z)^T.')
+
+
+def _check_row_wise(features: Callable[[Any, Any], Array], params: Any,
+                    row: np.ndarray, kernel: str) -> None:
+  """Raises if `features`' dimension depends on the batch size.
+
+  Features that factor each batch's kernel matrix (the 'EXACT' methods) have
+  as many channels as rows, each batch in its own basis: rows of different
+  batches do not make one factor `F`. Traced only (`jax.eval_shape`).
+  """
+  dims = []
+  for batch in (2, 3):
+    spec = jax.ShapeDtypeStruct((batch,) + row.shape[1:], row.dtype)
+    try:
+      dims.append(jax.eval_shape(features, spec, params).shape[-1])
+    except Exception:  # pylint: disable=broad-except
+      return  # The first real call raises what it raises.
+  if dims[0] != dims[1]:
+    raise ValueError(
+        f'`feature_fn` gives {kernel}_feat of dimension {dims[0]} for 2 '
+        f'inputs and {dims[1]} for 3: its features depend on the whole '
+        "batch (the 'EXACT' methods factor each batch's kernel matrix in its "
+        'own basis), so rows of different batches do not make one factor '
+        '`F`. Use row-wise methods (e.g. `relu_method="RANDFEAT"` or '
+        '"POLYSKETCH" in `from_stax`), or the exact kernel (`stax`) for a '
+        'small dataset.')
+
+
 class _NormalEquations:
   """One pass over `F`: `G = F^T F`, `F^T Y`, `F^T 1` in float64."""
 
@@ -228,8 +274,10 @@ class _NormalEquations:
             f'`k_train_train`\'s factor has {block.shape[1]} columns in rows '
             f'{start}:{stop} but {gram.shape[0]} before: every block of `F` '
             'must have the same feature dimension D.')
-      # float32 BLAS within a block, float64 across blocks.
-      gram += block.T @ block
+      # float32 BLAS within a block (at least: float16 products overflow
+      # at 65504), float64 across blocks.
+      wide = block.astype(np.promote_types(block.dtype, np.float32))
+      gram += wide.T @ wide
       block64 = block.astype(np.float64)
       f_y += block64.T @ y[start:stop]
       f_ones += block64.sum(0)
@@ -240,9 +288,9 @@ class _NormalEquations:
     self.dtype = np.dtype(dtype)
     if not (np.all(np.isfinite(self.gram)) and np.all(np.isfinite(f_y))):
       raise ValueError(
-          '`k_train_train`\'s factor `F` has NaN or inf entries (its Gram '
-          'matrix F^T F is not finite). Check the features (e.g. inputs of '
-          'huge norm, or a NaN in `x_train`).')
+          '`k_train_train`\'s factor `F` has NaN or inf entries, or entries '
+          'so large that its Gram matrix F^T F overflows float64. Check the '
+          'features (e.g. inputs of huge norm, or a NaN in `x_train`).')
 
 
 class _FeatureSpaceFlow:
@@ -320,8 +368,10 @@ class _FeatureSpaceFlow:
       h_r = np.full((1,), 1. if self.reg > 0 else 0.)
       c = np.full((1, len(s2)), 0. if self.reg > 0 else 1.) / s2[None]
     else:
-      h_r = -np.expm1(-self.reg * tau)
-      c = (np.exp(-self.reg * tau)[:, None] *
+      # `r tau` is 0 at `r = 0` even for `tau = inf` (not 0 * inf = NaN).
+      r_tau = np.zeros_like(tau) if self.reg == 0 else self.reg * tau
+      h_r = -np.expm1(-r_tau)
+      c = (np.exp(-r_tau)[:, None] *
            -np.expm1(-s2[None] * tau[:, None]) / s2[None])
     return np.where(positive[None], c, 0.), h_r
 
@@ -371,6 +421,21 @@ def _matmul(k: LowRankKernel, w: np.ndarray, arg: str) -> np.ndarray:
   return out
 
 
+def _finite_targets(y: Array) -> np.ndarray:
+  """`y` (targets as an `(n, k)` matrix) in float64, or raises if not finite."""
+  y = np.asarray(y, np.float64)
+  bad = ~np.isfinite(y)
+  if bad.any():
+    rows = np.unique(np.nonzero(bad)[0])
+    raise ValueError(
+        f'`y_train` has {int(bad.sum())} NaN or inf entries (in rows '
+        f'{rows[:5].tolist()}{"..." if len(rows) > 5 else ""}); the '
+        'prediction of a LowRankKernel is linear in every target, so one '
+        'would make all outputs NaN. Drop or impute those rows (and the '
+        'same rows of the factor).')
+  return y
+
+
 def _out_dtype(dtype: Any, y_train: Array) -> Any:
   return jnp.result_type(jnp.dtype(dtype), y_train.dtype, float)
 
@@ -405,7 +470,7 @@ def low_rank_gp_inference(
   layout = _check_layout(y_train, trace_axes)
   _check_train(k_train_train, y_train)
   check_diag_reg(diag_reg)
-  y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
+  y = _finite_targets(outputs_to_matrix(y_train, layout))
   solve_info = {}
   flow = _lazy_flow(k_train_train, y, diag_reg, diag_reg_absolute_scale)
 
@@ -491,7 +556,7 @@ def low_rank_gradient_descent_mse(
   layout = _check_layout(y_train, trace_axes)
   _check_train(k_train_train, y_train)
   check_diag_reg(diag_reg)
-  y = np.asarray(outputs_to_matrix(y_train, layout), np.float64)
+  y = _finite_targets(outputs_to_matrix(y_train, layout))
   rate = learning_rate / y_train.size
   flow = _lazy_flow(k_train_train, y, diag_reg, diag_reg_absolute_scale)
 

@@ -48,6 +48,7 @@ import numpy as np
 from neural_tangents._src.batching import direct_reads
 from neural_tangents._src.batching.processes import ProcessGroup
 from neural_tangents._src.batching.store import bytes_checksum
+from neural_tangents._src.batching.store import check_metadata
 from neural_tangents._src.batching.store import file_checksum
 from neural_tangents._src.batching.store import import_zarr
 from neural_tangents._src.batching.store import recorded_chunks
@@ -74,9 +75,11 @@ def open_store_leaf(path: Any, field: Optional[str], name: str) -> Any:
   leaves = sorted(d for d in os.listdir(path) if d.startswith('leaf') and
                   os.path.isdir(os.path.join(path, d)))
   if len(leaves) == 1:
+    check_metadata(path, leaves[0])  # Before zarr parses an edited one.
     return zarr.open_array(os.path.join(path, leaves[0]), mode='r')
   wanted = f'leaf_{field}'
   if field is not None and wanted in leaves:
+    check_metadata(path, wanted)
     return zarr.open_array(os.path.join(path, wanted), mode='r')
   raise ValueError(
       f'`{name}={path!r}` is a kernel store with leaves {leaves}; cannot tell '
@@ -126,6 +129,12 @@ class StoredKernel(KernelRows):
   def __init__(self, array: Any, name: str = 'k_train_train',
                group: Optional[ProcessGroup] = None, *,
                cache_bytes: int = 0):
+    if not is_zarr_array(array):
+      raise TypeError(
+          f'`StoredKernel` reads a zarr array (what `nt.batch(..., '
+          f'store_on_device=False, store=path)` returns, or '
+          f'`zarr.open_array(path)`); got a {type(array).__name__}. Pass an '
+          f'in-memory kernel directly as `{name}`: it needs no wrapper.')
     if len(array.shape) != 2:
       raise ValueError(
           f'`{name}` is a stored array of shape {tuple(array.shape)}; a '
@@ -150,6 +159,7 @@ class StoredKernel(KernelRows):
     self._cache = {}
     self._chunk_files = self._check_complete()
     self._verified = set()
+    self._finite = set()  # Row blocks checked for NaN and inf.
     self._raw = self._raw_chunks()
     self._reader = None  # A `direct_reads.FileReader`, made on first use.
 
@@ -168,6 +178,7 @@ class StoredKernel(KernelRows):
     leaf = os.path.relpath(
         os.path.join(os.fspath(self.array.store.root), self.array.path or ''),
         root)
+    check_metadata(root, leaf.replace(os.sep, '/'))
     files, missing = {}, []
     rows, columns = self._chunk_grid()
     for i in range(rows):
@@ -254,10 +265,32 @@ class StoredKernel(KernelRows):
     rows = self._raw_row_block(i, start, stop, cache) if self._raw else None
     if rows is None:
       rows = self.rows(start, stop)
+    if i not in self._finite:
+      self._refuse_if_not_finite(rows, start)
+      self._finite.add(i)
     if cache:
       rows.flags.writeable = False
       self._cache[i] = rows
     return rows
+
+  def _refuse_if_not_finite(self, rows: np.ndarray, start: int,
+                            column_start: int = 0) -> None:
+    """Raises naming the first NaN / inf entry of `rows`, the entries from
+    row `start` and column `column_start` of the kernel."""
+    finite = np.isfinite(rows)
+    if finite.all():
+      return
+    r, c = (int(i) for i in np.argwhere(~finite)[0])
+    value = rows[r, c]
+    r, c = r + start, c + column_start
+    chunk = (r // self.array.chunks[0], c // self.array.chunks[1])
+    raise ValueError(
+        f'`{self.name}` contains NaN or inf values (first at row {r}, '
+        f'column {c}: {value}, in block {chunk} of the store); the kernel '
+        'must be finite. Check how it was computed (NaN inputs, overflow in '
+        'float16/float32: try float64 with '
+        '`jax.config.update("jax_enable_x64", True)`), then compute the '
+        'store again into a new directory.')
 
   def _raw_row_block(self, i: int, start: int, stop: int,
                      drop_pages: bool = False) -> Optional[np.ndarray]:
@@ -341,6 +374,10 @@ class StoredKernel(KernelRows):
           b = min(n, a + self.block_rows)
           self._verify_row_block(a // self.block_rows)
           d[a:b] = np.diagonal(np.asarray(self.array[a:b, a:b]))
+          bad = np.flatnonzero(~np.isfinite(d[a:b]))
+          if bad.size:  # The first non-finite diagonal entry, as a 1 x 1.
+            i = a + int(bad[0])
+            self._refuse_if_not_finite(d[i:i + 1, None], i, i)
       self._diagonal = self.combine(d).astype(self.dtype)
     return self._diagonal
 

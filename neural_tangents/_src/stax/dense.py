@@ -111,6 +111,12 @@ def Dense(out_dim: int,
     ndim = len(input_shape)
     c_axis = canonicalize_axis(channel_axis, ndim, 'channel_axis')
     fan_in = input_shape[c_axis]
+    if fan_in == 0:  # `W_std / sqrt(fan_in)` is undefined.
+      raise ValueError(
+          f'`Dense` needs at least one input channel; got input_shape='
+          f'{tuple(input_shape)}, with 0 channels on axis {channel_axis}. '
+          'Pass inputs with channels (e.g. `x.reshape(-1, 1)` for one '
+          'scalar feature per example).')
     output_shape = tuple(input_shape[:c_axis]) + (width,) + tuple(
         input_shape[c_axis + 1:])
     k1, k2 = random.split(rng)

@@ -3,12 +3,15 @@
 Also importable from `neural_tangents._src.stax.linear`, where the published
 package defines it.
 """
+import dataclasses
+
 import numpy as np
 
 import jax
 import jax.numpy as jnp
 from jax import random
 
+from neural_tangents._src.stax import protocol
 from neural_tangents._src.stax.masking import supports_masking
 from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
@@ -75,10 +78,12 @@ def Dropout(rate: float, mode: str = 'train') -> Layer:
 
     * `cov1` (and `cov2`): the batch diagonal (all of a batch-diagonal
       `cov1`) at equal positions (`s = s'`);
-    * `nngp` and `ntk`: only when `x2` is None (`x1_is_x2`, one forward pass
-      for both sides), the entries `(i, i, s, s)`. With a separate `x2`,
-      even if equal to `x1`, the two sides are separate forward passes with
-      independent masks, and nothing changes.
+    * `nngp` and `ntk`: only when `x2` is None or equal to `x1` (by value:
+      one forward pass for both sides, as in the published release and in
+      Monte Carlo estimates, whose `apply_fn(x2)` then gets `apply_fn(x1)`'s
+      key), the entries `(i, i, s, s)`. With a different `x2` the two sides
+      are separate forward passes with independent masks, and nothing
+      changes.
 
   The NTK is rescaled like the NNGP since `d(x m / rate) = m / rate dx`.
   Its outputs are not Gaussian (a mixture with a point mass at 0), so a
@@ -98,15 +103,16 @@ def Dropout(rate: float, mode: str = 'train') -> Layer:
     >>> _, params = init_fn(random.PRNGKey(0), (-1, 3))
     >>> y = apply_fn(params, jnp.ones((2, 3)), rng=random.PRNGKey(1))
   """
-  if (isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating))
-      or not 0 < rate <= 1):
-    raise ValueError(f'`rate` is the keep probability and must be in (0, 1]; '
-                     f'got {rate!r}. Pass e.g. `Dropout(rate=0.9)` to keep 90% '
-                     'of activations.')
+  rate_value = arguments.concrete_real(rate)
+  if rate_value is None or not 0 < rate_value <= 1:
+    raise ValueError(f'`rate` is the keep probability and must be a number '
+                     f'(a Python, NumPy or JAX scalar) in (0, 1]; got '
+                     f'{rate!r}. Pass e.g. `Dropout(rate=0.9)` to keep 90% of '
+                     'activations.')
   if mode not in _MODES:
     raise ValueError(f'`mode` must be one of {_MODES}; got {mode!r}. Pass '
                      "`mode='test'` for the identity (evaluation).")
-  rate = float(rate)
+  rate = rate_value
   init_fn = lambda rng, input_shape: (input_shape, ())
 
   def apply_fn(params, inputs, rng=None, **kwargs):
@@ -137,4 +143,8 @@ def Dropout(rate: float, mode: str = 'train') -> Layer:
         is_gaussian=False,
         is_input=False)
 
+  if mode == 'train' and rate < 1:
+    # Masks are drawn per forward pass: `x2` equal to `x1` is one pass.
+    protocol.with_spec(kernel_fn, dataclasses.replace(
+        protocol.kernel_spec(kernel_fn), random_per_pass=True))
   return init_fn, apply_fn, kernel_fn

@@ -207,8 +207,10 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
   if x2 is None:
     mask2 = mask1
   x1 = check_input(x1, 'x1')
+  _check_not_empty(x1, 'x1', batch_axis, channel_axis)
   if x2 is not None:
     x2 = check_input(x2, 'x2')
+    _check_not_empty(x2, 'x2', batch_axis, channel_axis)
     b = batch_axis % x1.ndim
     c = channel_axis % x1.ndim
     if (x1.ndim == x2.ndim and x1.shape[c] == x2.shape[c] and
@@ -287,6 +289,23 @@ def inputs_to_kernel(x1: jax.Array, x2: Optional[jax.Array], *,
       shape2=tuple(x1.shape if x2 is None else x2.shape),
       batch_axis=batch_axis,
       channel_axis=channel_axis)
+
+
+def _check_not_empty(x: jax.Array, name: str, batch_axis: int,
+                     channel_axis: int) -> None:
+  """Raises if a channel or spatial axis of `x` has size 0: the kernel is
+  a mean over channels (and, after pooling, positions), undefined over none.
+  """
+  b, c = batch_axis % x.ndim, channel_axis % x.ndim
+  empty = [a for a in range(x.ndim) if a != b and x.shape[a] == 0]
+  if empty:
+    what = 'channel' if empty[0] == c else 'spatial'
+    raise ValueError(
+        f'`{name}` has shape {x.shape}, with no entries on its {what} axis '
+        f'{empty[0]}: the kernel averages products over channels (and '
+        'positions), which is undefined over none. Pass inputs with at least '
+        'one channel and position (e.g. `x.reshape(-1, 1)` for one scalar '
+        'feature per example).')
 
 
 def pair_inputs(x1: Any, x2: Any) -> Any:

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.utils import kernel as kernel_lib
+from neural_tangents._src.utils.quadrature import gauss_hermite
 from neural_tangents._src.utils import row_blocks
 from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils.arctan import arctan2
@@ -597,9 +598,7 @@ def quadrature_kernel_map(fn: Callable[[Array], Array],
   `deg x deg` product grid of the (probabilists') Gauss-Hermite nodes, exact
   for polynomials of degree up to `2 deg - 1` in each variable.
   """
-  nodes, weights = np.polynomial.hermite.hermgauss(deg)
-  nodes = np.sqrt(2) * nodes  # nodes for the weight exp(-z^2 / 2)
-  weights = weights / np.sqrt(np.pi)
+  nodes, weights = gauss_hermite(deg)
 
   def expectation(f, q1, q2, c):
     q1, q2, c = jnp.broadcast_arrays(q1, q2, c)

@@ -142,9 +142,11 @@ def LayerNorm(axis: Union[int, Sequence[int]] = -1,
     >>> k = kernel_fn(jnp.ones((2, 5, 3)), None, 'nngp')  # (2, 2, 5, 5)
   """
   axes = _check_axes(axis)
-  if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-    raise ValueError(f'`eps` must be a non-negative float; got {eps!r}. Pass '
-                     'e.g. `eps=1e-12`.')
+  eps_value = arguments.concrete_real(eps)
+  if eps_value is None or not eps_value >= 0:
+    raise ValueError(f'`eps` must be a non-negative number (a Python, NumPy '
+                     f'or JAX scalar); got {eps!r}. Pass e.g. `eps=1e-12`.')
+  eps = eps_value
 
   init_fn = lambda rng, input_shape: (input_shape, ())
 

@@ -296,6 +296,12 @@ class KernelSpec:
     keywords: the keyword arguments of `kernel_fn` the layer reads (e.g.
       `pattern` for `Aggregate`), or `None` if it may read any (a hand-written
       `kernel_fn(k, **kwargs)`); the public `kernel_fn` refuses the others.
+    random_per_pass: whether the layer (or one of its parts) draws random
+      numbers in each forward pass (a train-mode `Dropout`), so that its
+      kernel depends on whether `x1` and `x2` go through one pass: the
+      public `kernel_fn` then takes an `x2` equal to `x1` (by value) as one
+      pass, as `x2=None` (and as Monte Carlo estimates, whose `apply_fn(x2)`
+      gets `apply_fn(x1)`'s key then).
   """
   requirements: Optional[Requirements] = Requirements(Diagonal(), Diagonal())
   combination: Optional[Combination] = None
@@ -306,6 +312,7 @@ class KernelSpec:
   name: Optional[str] = dataclasses.field(default=None, compare=False)
   keywords: Optional[frozenset[str]] = dataclasses.field(default=frozenset(),
                                                          compare=False)
+  random_per_pass: bool = dataclasses.field(default=False, compare=False)
 
   def __post_init__(self):
     object.__setattr__(self, 'input_axes', InputAxes.of(self.input_axes))
@@ -381,10 +388,11 @@ def compose(specs: Sequence[KernelSpec]) -> KernelSpec:
         requirements=functools.reduce(operator.rshift,
                                       [s.requirements for s in specs]),
         input_axes=axes, supports_masking=True,
-        keywords=union_keywords(specs))
+        keywords=union_keywords(specs), random_per_pass=any_random(specs))
   return KernelSpec(requirements=None, combination=Combination.SERIAL,
                     parts=specs, input_axes=axes, supports_masking=True,
-                    keywords=union_keywords(specs))
+                    keywords=union_keywords(specs),
+                    random_per_pass=any_random(specs))
 
 
 def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
@@ -402,7 +410,8 @@ def in_parallel(specs: Sequence[KernelSpec]) -> KernelSpec:
                     parts=specs,
                     input_axes=InputAxes(
                         per_input=tuple(s.input_axes for s in specs)),
-                    supports_masking=True, keywords=union_keywords(specs))
+                    supports_masking=True, keywords=union_keywords(specs),
+                    random_per_pass=any_random(specs))
 
 
 def repeated(spec: KernelSpec, n: int) -> KernelSpec:
@@ -416,7 +425,18 @@ def repeated(spec: KernelSpec, n: int) -> KernelSpec:
   """
   return KernelSpec(requirements=None, combination=Combination.REPEAT,
                     parts=(spec,), depth=n, input_axes=spec.input_axes,
-                    supports_masking=False, keywords=spec.keywords)
+                    supports_masking=False, keywords=spec.keywords,
+                    random_per_pass=spec.random_per_pass)
+
+
+def any_random(specs: Sequence[KernelSpec]) -> bool:
+  """Whether any of `specs` draws random numbers per forward pass.
+
+  Example:
+    >>> any_random([KernelSpec(), KernelSpec(random_per_pass=True)])
+    True
+  """
+  return any(s.random_per_pass for s in specs)
 
 
 def union_keywords(specs: Sequence[KernelSpec]) -> Optional[frozenset[str]]:

@@ -73,6 +73,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.stax import inputs
@@ -345,11 +346,57 @@ def public_kernel_fn(kernel_op: Callable) -> Callable:
   # op-by-op dispatches (see `compiled`; `NT_COMPILE_UNJITTED_CALLS=0` turns
   # it off).
   kernel_fn = compiled.compile_per_signature(kernel_fn, _compiler_options)
+  if kernel_spec(kernel_op).random_per_pass:
+    kernel_fn = _one_pass_when_equal(kernel_fn)
   # float32-accurate contractions on every backend (see `precision`).
   kernel_fn = precision.library_precision(kernel_fn)
   kernel_fn.kernel_op = kernel_op  # Its `kernel_spec` is the layer's.
   _PAIRWISE_KERNEL_FNS.add(kernel_fn)
   return kernel_fn
+
+
+def _one_pass_when_equal(kernel_fn: Callable) -> Callable:
+  """`kernel_fn` taking an `x2` equal to `x1` (by value) as `x2=None`.
+
+  For a network that draws random numbers in each forward pass (a train-mode
+  `Dropout`), `kernel_fn(x1, x2)` with `x2` equal to `x1` is the kernel of
+  one forward pass, as `kernel_fn(x1, None)`, the published release and
+  Monte Carlo estimates (`apply_fn(x2)` gets `apply_fn(x1)`'s key when `x2`
+  equals `x1`) take it; the returned `Kernel` still holds `cov2` and
+  `x1_is_x2=False`, as for any given `x2`. Under tracing (the user's `jit`)
+  equality is a traced bool, and both kernels are computed and selected.
+  """
+
+  @functools.wraps(kernel_fn)
+  def one_pass_kernel_fn(x1_or_kernel: Any, x2: Any = None, get: Any = None,
+                         **kwargs) -> Any:
+    if x2 is None or is_kernel_tree(x1_or_kernel):
+      return kernel_fn(x1_or_kernel, x2, get, **kwargs)
+    try:
+      same = utils.inputs_are_equal(x1_or_kernel, x2)
+    except TypeError:  # Not arrays: `kernel_fn` names the bad argument.
+      same = False
+    if same is False:
+      return kernel_fn(x1_or_kernel, x2, get, **kwargs)
+    one = _as_two_sides(kernel_fn(x1_or_kernel, None, get, **kwargs))
+    if same is True:
+      return one
+    two = kernel_fn(x1_or_kernel, x2, get, **kwargs)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(same, a, b), one,
+                                  two)
+
+  return one_pass_kernel_fn
+
+
+def _as_two_sides(k: Any) -> Any:
+  """A kernel computed with `x2=None` as computed with `x2=x1` given."""
+  if isinstance(k, (list, tuple)) and not hasattr(k, '_fields'):
+    return type(k)(_as_two_sides(ki) for ki in k)
+  if not isinstance(k, Kernel):
+    return k  # Fields selected by `get` (`cov2` is `cov1` there).
+  return k.replace(cov2=k.cov1 if k.cov2 is None else k.cov2,
+                   mask2=k.mask1 if k.mask2 is None else k.mask2,
+                   shape2=k.shape1, x1_is_x2=False)
 
 
 # The public `kernel_fn`s built here (not wrappers that copy their

@@ -289,6 +289,26 @@ def real_number(value: Any, name: str, fix: str, *, layer_name: str = '',
                   f'{value!r} ({type(value).__name__}). {fix}')
 
 
+def concrete_real(value: Any) -> Optional[float]:
+  """`value` as a Python float if it is one concrete real number (a Python,
+  NumPy or JAX scalar, or a 0-d array, not a bool), else None (traced
+  values, arrays of several numbers, other types).
+
+  Example:
+    >>> concrete_real(np.float32(0.5)), concrete_real(True)
+    (0.5, None)
+  """
+  if isinstance(value, (bool, np.bool_)) or isinstance(value, jax.core.Tracer):
+    return None
+  if isinstance(value, (int, float, np.integer, np.floating)):
+    return float(value)
+  dtype = getattr(value, 'dtype', None)
+  if (dtype is not None and np.ndim(value) == 0 and
+      (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating))):
+    return float(np.asarray(value))
+  return None
+
+
 def _non_finite(value: Any) -> Optional[str]:
   """'nan' or 'inf' if a concrete float (scalar, float sequence or array)
   holds one; None for finite values, non-floats and traced values."""

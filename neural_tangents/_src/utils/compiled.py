@@ -203,10 +203,15 @@ def compile_per_signature(
   Returns:
     The function, with a `cache_clear()` attribute.
   """
-  cache: collections.OrderedDict = collections.OrderedDict()
+  # Held by an object, not a dict in the closure: a store's fingerprint of
+  # the function (`batching.store.fingerprint_of`) describes the dicts a
+  # function closes over, and the programs compiled so far are not what the
+  # function computes.
+  programs = _Programs()
 
   @functools.wraps(fn)
   def compiled_fn(*args, **kwargs):
+    cache = programs.by_signature
     if not ENABLED:
       return fn(*args, **kwargs)
     try:
@@ -241,8 +246,15 @@ def compile_per_signature(
       pass
     return program(arrays)
 
-  compiled_fn.cache_clear = cache.clear
+  compiled_fn.cache_clear = programs.by_signature.clear
   return compiled_fn
+
+
+class _Programs:
+  """The compiled programs of one function, by signature."""
+
+  def __init__(self):
+    self.by_signature: collections.OrderedDict = collections.OrderedDict()
 
 
 def _evict(cache: collections.OrderedDict) -> None:

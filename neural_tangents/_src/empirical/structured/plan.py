@@ -39,6 +39,8 @@ import enum
 import itertools
 from typing import Optional, Sequence, Union
 
+import jax.numpy as jnp
+
 from neural_tangents._src.empirical.einsum import Letter
 from neural_tangents._src.empirical.einsum import Letters
 from neural_tangents._src.empirical.einsum import mask
@@ -276,6 +278,9 @@ class SidePlan:
 def _plan_side(program: ir.Program, n_params: int, mode: Mode,
                batch_axes: Optional[dict[ir.Var, Optional[int]]]
                ) -> SidePlan:
+  if any(_is_complex(v) for e in program.eqns for v in e.outputs):
+    # The structure rules assume real derivatives (`J J^T`, no conjugates).
+    raise Unsupported('f computes with complex numbers')
   chains: dict[ir.Var, Chain] = {}
   for i in range(n_params):
     v = program.inputs[i]
@@ -316,6 +321,10 @@ def _plan_side(program: ir.Program, n_params: int, mode: Mode,
   return SidePlan(program, sites, forms, site_keys, leaf_letters,
                   example_letters, eqn_index, consumers, batch_axes, n_params,
                   output_keys)
+
+
+def _is_complex(v: ir.Atom) -> bool:
+  return jnp.issubdtype(v.dtype, jnp.complexfloating)
 
 
 def _example_letter(site: Site, form: Optional[Form], program: ir.Program,
