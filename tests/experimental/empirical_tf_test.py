@@ -3,6 +3,8 @@ TensorFlow models against an explicit TensorFlow Jacobian contraction and
 against `nt.empirical_ntk_fn` of the same model written in JAX. Skipped
 without `pip install "neural-tangents[tf]"`."""
 import importlib.util
+import inspect
+import pydoc
 import sys
 import subprocess
 
@@ -137,17 +139,39 @@ class EmpiricalNtkTfTest(test_utils.NeuralTangentsTestCase):
 class WithoutExtraTest(test_utils.NeuralTangentsTestCase):
 
   def test_import_does_not_import_tensorflow(self):
+    # `dir()` lists the TensorFlow names iff they are available, as
+    # `hasattr` says.
     code = ('import sys, neural_tangents as nt; '
+            'listed = "empirical_ntk_fn_tf" in dir(nt.experimental); '
             'assert "tensorflow" not in sys.modules; '
-            'assert "empirical_ntk_fn_tf" in dir(nt.experimental)')
+            f'assert listed == {HAVE_TF}, listed')
     subprocess.run([sys.executable, '-c', code], check=True, timeout=120,
                    env={'PYTHONPATH': test_utils.REPO_ROOT,
                         'JAX_PLATFORMS': 'cpu'})
 
   @absltest.skipIf(HAVE_TF, 'the tf extra is installed')
   def test_missing_extra_names_it(self):
-    with self.assertRaisesRegex(ImportError, r'neural-tangents\[tf\]'):
+    extra = r'neural-tangents\[tf\]'
+    with self.assertRaisesRegex(ImportError, extra):
       nt.experimental.empirical_ntk_fn_tf  # pylint: disable=pointless-statement
+    with self.assertRaisesRegex(ImportError, extra):
+      nt.experimental.get_apply_fn_and_params(lambda params, x: x)
+    with self.assertRaisesRegex(ImportError, extra):
+      from neural_tangents.experimental import empirical_ntk_fn_tf  # pylint: disable=g-import-not-at-top,unused-import
+
+  @absltest.skipIf(HAVE_TF, 'the tf extra is installed')
+  def test_missing_extra_is_absent_to_feature_detection(self):
+    # Issue 51, item 3: feature detection sees no attribute, and no error.
+    for name in ('empirical_ntk_fn_tf', 'get_apply_fn_and_params'):
+      self.assertFalse(hasattr(nt.experimental, name))
+      self.assertIsNone(getattr(nt.experimental, name, None))
+      self.assertNotIn(name, dir(nt.experimental))
+      with self.assertRaisesRegex(AttributeError, r'neural-tangents\[tf\]'):
+        getattr(nt.experimental, name)
+    members = dict(inspect.getmembers(nt.experimental))
+    self.assertNotIn('empirical_ntk_fn_tf', members)
+    self.assertIn('features', members)
+    self.assertIn('features', pydoc.render_doc(nt.experimental))
 
 
 if __name__ == '__main__':
