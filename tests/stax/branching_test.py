@@ -3,6 +3,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_tangents import stax
 from tests import test_utils
@@ -219,6 +220,159 @@ class BranchingTest(test_utils.NeuralTangentsTestCase):
   def test_fan_out_invalid_num_raises(self):
     with self.assertRaisesRegex(ValueError, '`num` must be a positive int'):
       stax.FanOut(0)
+
+
+def _two_masked_inputs(shape=(3, 5, 4)):
+  """Two inputs (branches of a `parallel`) masked at different positions.
+
+  Input `a` masks trailing positions 3, 4 of example 0 and 4 of example 2;
+  input `b` masks positions 2 to 4 of example 0 and position 1 of example 1,
+  so that entries masked in one input only exist in each.
+  """
+  x1, x2 = test_utils.correlated_inputs(shape, (2,) + shape[1:])
+  y1, y2 = test_utils.correlated_inputs(shape, (2,) + shape[1:], seed=3)
+  mask = test_utils.mask_positions
+  positions = lambda n, cells: jnp.zeros((n, shape[1]), bool).at[
+      tuple(zip(*cells))].set(True)
+  a1 = mask(x1, positions(3, [(0, 3), (0, 4), (2, 4)]))
+  a2 = mask(x2, positions(2, [(1, 4)]))
+  b1 = mask(y1, positions(3, [(0, 2), (0, 3), (0, 4), (1, 1)]))
+  b2 = mask(y2, positions(2, [(0, 0), (1, 4)]))
+  return [a1, b1], [a2, b2]
+
+
+def _stacked_inputs(net):
+  """`net(out_chan)` of two inputs as a network of one stacked input
+  `(2, N, ...)`, for the Monte Carlo estimator, which takes one array."""
+  def stacked(out_chan):
+    init_fn, apply_fn, kernel_fn = net(out_chan)
+    init = lambda key, shape: init_fn(key, [shape[1:]] * 2)
+    apply = lambda params, x, **kwargs: apply_fn(params, [x[0], x[1]],
+                                                 **kwargs)
+    kernel = lambda x1, x2, get=None, **kwargs: kernel_fn(
+        [x1[0], x1[1]], [x2[0], x2[1]], get, **kwargs)
+    return init, apply, kernel
+  return stacked
+
+
+def _two_input_net(fan_in, widths=(256, 256)):
+  return lambda out: stax.serial(
+      stax.parallel(stax.Dense(widths[0], 1.3, 0.2),
+                    stax.serial(stax.Dense(widths[1], 1.1), stax.Erf())),
+      fan_in, stax.Dense(out, 1.2, 0.1))
+
+
+class BranchMaskingTest(test_utils.NeuralTangentsTestCase):
+  """Masked inputs through `FanOut`, `parallel` and the fan-ins.
+
+  Semantics (those of every masked layer, see `masking`): masked entries are
+  zero. `FanOut` copies its input's mask to each output; an entry of a sum is
+  masked iff it is in every input (otherwise it holds the other inputs'
+  values), of a product iff it is in any input (a zero factor), and a
+  concatenation concatenates the masks. Kernels are checked against Monte
+  Carlo estimates of the finite network's zero-filled outputs.
+  """
+
+  def test_fan_out_residual_network_of_the_issue(self):
+    # The reproducer of issue 51: a masked input through `FanOut`.
+    x = np.random.RandomState(0).randn(4, 6, 5).astype(np.float32)
+    x[1, 4:] = 1e9
+    x[3, 2:] = 1e9
+    net = lambda out, width=8: stax.serial(
+        stax.Dense(width), stax.Relu(), stax.FanOut(2),
+        stax.parallel(stax.Dense(width), stax.Dense(width)), stax.FanInSum(),
+        stax.Relu(), stax.Dense(out))
+    k = net(1)[2](x, None, 'ntk', mask_constant=1e9)
+    self.assertEqual(k.shape, (4, 4, 6, 6))
+    self.assertAllClose(k[3, :, 2:], jnp.zeros((4, 4, 6)))
+    self.assertAllClose(k[:, 1, :, 4:], jnp.zeros((4, 6, 2)))
+    x = jnp.asarray(x[1:], jnp.float64)
+    test_utils.assert_matches_monte_carlo(
+        self, lambda out: net(out, 128), x, x[:2], mask_constant=1e9)
+
+  def test_fan_out_copies_the_mask(self):
+    x = test_utils.maybe_masked_inputs(((2, 5, 2), (2, 5, 2)), True)[0]
+    _, apply_fn, kernel_fn = stax.FanOut(3)
+    outs = apply_fn((), x, mask_constant=test_utils.MASK)
+    ks = kernel_fn(x, None, mask_constant=test_utils.MASK)
+    self.assertLen(outs, 3)
+    self.assertLen(ks, 3)
+    expected = x == test_utils.MASK
+    for out, k in zip(outs, ks):
+      np.testing.assert_array_equal(out.mask, expected)
+      np.testing.assert_array_equal(k.mask1, expected)
+      np.testing.assert_array_equal(k.mask2, expected)
+      self.assertAllClose(out.masked_value, jnp.where(expected, 0., x))
+
+  @parameterized.named_parameters(
+      ('sum', stax.FanInSum, jnp.logical_and),
+      ('prod', stax.FanInProd, jnp.logical_or),
+  )
+  def test_fan_in_combines_masks(self, fan_in, combine):
+    (a, b), _ = _two_masked_inputs()
+    masked = lambda x: jnp.all(x == test_utils.MASK, -1, keepdims=True)
+    expected = combine(masked(a), masked(b))
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.parallel(stax.Dense(4), stax.Dense(4)), fan_in())
+    _, params = init_fn(jax.random.PRNGKey(0), [a.shape, b.shape])
+    out = apply_fn(params, [a, b], mask_constant=test_utils.MASK)
+    np.testing.assert_array_equal(out.mask, expected)
+    self.assertAllClose(out.masked_value,
+                        jnp.where(expected, 0., out.masked_value))
+    self.assertGreater(float(jnp.min(jnp.abs(jnp.where(
+        expected, 1., out.masked_value)))), 0.)
+    k = kernel_fn([a, b], None, mask_constant=test_utils.MASK)
+    np.testing.assert_array_equal(k.mask1, expected)
+    np.testing.assert_array_equal(k.mask2, expected)
+    # An input without a mask masks nothing: with one, a sum is unmasked, a
+    # product masked as the other input.
+    a_only = [stax.MaskedArray(a, a == test_utils.MASK),
+              jnp.where(b == test_utils.MASK, 0., b)]
+    out = apply_fn(params, a_only)
+    k = kernel_fn(a_only, None)
+    if fan_in is stax.FanInSum:
+      self.assertNotIsInstance(out, stax.MaskedArray)
+      self.assertIsNone(k.mask1)
+    else:
+      for mask in (out.mask, k.mask1, k.mask2):
+        np.testing.assert_array_equal(mask, masked(a))
+
+  @parameterized.named_parameters(('channels', -1), ('spatial', 1),
+                                  ('batch', 0))
+  def test_fan_in_concat_concatenates_masks(self, axis):
+    (a, b), _ = _two_masked_inputs()
+    masked = lambda x: jnp.all(x == test_utils.MASK, -1, keepdims=True)
+    init_fn, apply_fn, kernel_fn = stax.serial(
+        stax.parallel(stax.Dense(4), stax.Dense(3 if axis == -1 else 4)),
+        stax.FanInConcat(axis))
+    _, params = init_fn(jax.random.PRNGKey(0), [a.shape, b.shape])
+    out = apply_fn(params, [a, b], mask_constant=test_utils.MASK)
+    widths = (4, 3) if axis == -1 else (1, 1)
+    expected = jnp.concatenate(
+        [jnp.broadcast_to(masked(a), a.shape[:-1] + (widths[0],)),
+         jnp.broadcast_to(masked(b), b.shape[:-1] + (widths[1],))], axis)
+    np.testing.assert_array_equal(out.mask, expected)
+    k = kernel_fn([a, b], None, mask_constant=test_utils.MASK)
+    np.testing.assert_array_equal(k.mask1, expected)
+    self.assertEqual(k.nngp.shape[:2], (out.shape[0],) * 2)
+
+  @parameterized.named_parameters(*test_utils.full_tier_cases(
+      [('sum', stax.FanInSum(), (256, 256)),
+       ('concat_channels', stax.FanInConcat(), (256, 128))],
+      [('prod', stax.FanInProd(), (256, 256)),
+       ('concat_spatial', stax.FanInConcat(axis=1), (256, 256))]))
+  def test_fan_in_of_differently_masked_inputs_matches_monte_carlo(
+      self, fan_in, widths):
+    x1, x2 = _two_masked_inputs()
+    net = _two_input_net(fan_in, widths)
+    test_utils.assert_matches_monte_carlo(
+        self, _stacked_inputs(net), jnp.stack(x1), jnp.stack(x2),
+        mask_constant=test_utils.MASK)
+    # The masks matter: without them the (large) masked values dominate.
+    k = test_utils.kernels(net(1)[2], x1, x2)
+    k_masked = test_utils.kernels(net(1)[2], x1, x2,
+                                  mask_constant=test_utils.MASK)
+    self.assertGreater(test_utils.relative_error(k.nngp, k_masked.nngp), 0.5)
 
 
 if __name__ == '__main__':

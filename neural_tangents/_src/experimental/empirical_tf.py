@@ -14,9 +14,14 @@ values). Three kinds of `f` are accepted:
   statistics, ...) are held at their current values. Converted through
   `f.stateless_call`.
 * any other `tf.Module` whose `__call__(x)` TensorFlow can trace: the
-  parameters are `f.trainable_variables`; other variables are held fixed.
+  parameters are `f.trainable_variables`, then the trainable variables of
+  the Keras 3 models it holds (which `f.trainable_variables` misses:
+  `module_variables(f)`); other variables are held fixed. Passing the empty
+  `f.trainable_variables` of a module that only wraps Keras 3 models means
+  their current values.
 * a `tf.function` (or a Python function of TensorFlow ops) `f(params, x)`:
-  the parameters are its first argument, any nest of tensors.
+  the parameters are its first argument, any nest of tensors. An
+  `input_signature` may fix the batch size (inputs must then have it).
 
 Only the batch axis of `x` may change between calls; each new shape of the
 other axes converts the model again.
@@ -37,6 +42,7 @@ Example:
   TensorShape([4, 5])
 """
 import functools
+import inspect
 from typing import Any, Callable, Optional, Union
 
 import jax
@@ -90,6 +96,110 @@ def _input_spec(x: Any, tf: Any) -> Any:
   return tf.TensorSpec((None,) + shape[1:], tf.as_dtype(np.dtype(x.dtype)))
 
 
+def _signature(traced: Any) -> Optional[list[Any]]:
+  """The `input_signature` of a `tf.function`, or None."""
+  signature = getattr(traced, 'input_signature', None)
+  return None if signature is None else list(signature)
+
+
+def _x_spec(x: Any, signature: Optional[list[Any]], tf: Any) -> Any:
+  """The spec `x` is converted with: the last of the function's
+  `input_signature` if it has one (which may fix the batch size), else
+  `_input_spec(x)`."""
+  spec = _input_spec(x, tf)
+  if signature is None:
+    return spec
+  fixed = signature[-1]
+  actual = tf.TensorSpec(np.shape(x), spec.dtype)
+  if not fixed.is_compatible_with(actual):
+    raise ValueError(
+        f'`x` of shape {np.shape(x)} and dtype {spec.dtype.name} does not '
+        f'match the `input_signature` of `f`, {fixed}. Pass inputs of that '
+        'shape (batch size included, where the signature fixes it), or a '
+        '`tf.function` whose signature leaves the batch size `None`.')
+  return fixed
+
+
+def _check_params_and_x(f: Any, traced: Any) -> None:
+  """Refuses a function that does not take `(params, x)`, e.g. one closing
+  over a model's variables, which TensorFlow would refuse with "too many
+  positional arguments"."""
+  signature = _signature(traced)
+  if signature is not None:
+    count, names = len(signature), f'an `input_signature` of {len(signature)}'
+  else:
+    try:
+      parameters = inspect.signature(
+          getattr(traced, 'python_function', f)).parameters.values()
+    except (TypeError, ValueError):  # No signature to read: let it run.
+      return
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+      return
+    positional = [p.name for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    count, names = len(positional), f'({", ".join(positional)})'
+  if count != 2:
+    raise TypeError(
+        f'`f` takes {count} positional argument(s), {names}; a function must '
+        'be `f(params, x)`, its parameters the first argument, since the NTK '
+        'differentiates with respect to them. A function closing over a '
+        "model's variables (e.g. `tf.function(lambda x: model(x))`) has "
+        'none: pass the Keras model or `tf.Module` itself (its trainable '
+        'variables are the parameters), or write `f(params, x)`.')
+
+
+def _keras_variables(f: Any) -> list[Any]:
+  """Trainable variables of the Keras 3 layers / models held by the
+  `tf.Module` `f` (in attributes, lists, tuples or dicts, or in nested
+  modules), in attribute-name order. Keras 3 variables are not
+  `tf.Variable`s, so `f.trainable_variables` misses them."""
+  found, seen = [], set()
+
+  def visit(obj: Any, depth: int) -> None:
+    if id(obj) in seen or depth > 16:
+      return
+    seen.add(id(obj))
+    if hasattr(obj, 'stateless_call') and hasattr(obj, 'trainable_variables'):
+      found.extend(obj.trainable_variables)
+    elif isinstance(obj, dict):
+      for key in sorted(obj, key=str):
+        visit(obj[key], depth + 1)
+    elif isinstance(obj, (list, tuple)):
+      for item in obj:
+        visit(item, depth + 1)
+    elif depth == 0 or _is_tf_module(obj):
+      for key in sorted(vars(obj)):
+        visit(vars(obj)[key], depth + 1)
+
+  visit(f, 0)
+  return found
+
+
+def _is_tf_module(obj: Any) -> bool:
+  tf, _ = _tensorflow()
+  return isinstance(obj, tf.Module)
+
+
+def _tf_variable(v: Any) -> Any:
+  """The `tf.Variable` behind a Keras 3 variable (`v` if it is one)."""
+  tf, _ = _tensorflow()
+  return v if isinstance(v, tf.Variable) else getattr(v, 'value', v)
+
+
+def module_variables(f: Any) -> list[Any]:
+  """The parameters of a `tf.Module` `f`: its `trainable_variables`, then
+  the trainable variables of the Keras 3 models it holds (which
+  `trainable_variables` does not see), each once."""
+  variables = list(f.trainable_variables)
+  handles = {v.handle.ref() for v in variables}
+  for v in _keras_variables(f):
+    handle = _tf_variable(v).handle.ref()
+    if handle not in handles:
+      handles.add(handle)
+      variables.append(v)
+  return variables
+
+
 def _numpy_params(params: Any) -> Any:
   """Variables / tensors -> numpy arrays, keeping the nest."""
   return jax.tree_util.tree_map(
@@ -135,16 +245,18 @@ def get_apply_fn_and_params(f: Any) -> tuple[Callable[..., Any], Any]:
     traced = tf.function(
         lambda tv, x: f.stateless_call(tv, fixed, x)[0], autograph=False)
   elif kind == 'module':
-    params = [np.asarray(v.numpy()) for v in f.trainable_variables]
+    params = [np.asarray(v.numpy()) for v in module_variables(f)]
     traced = f.__call__ if hasattr(f.__call__, 'get_concrete_function') else (
         tf.function(f.__call__, autograph=False))
   else:
     params = None
     traced = f if hasattr(f, 'get_concrete_function') else tf.function(
         f, autograph=False)
+    _check_params_and_x(f, traced)
+  signature = _signature(traced)
 
   def convert(p: Any, x: Any) -> tuple[Callable[..., Any], Any, Any]:
-    spec = _input_spec(x, tf)
+    spec = _x_spec(x, signature, tf)
     key = (tuple(spec.shape[1:]), spec.dtype.name)
     if kind == 'function':
       key += (str(jax.tree_util.tree_structure(p)),
@@ -160,9 +272,10 @@ def get_apply_fn_and_params(f: Any) -> tuple[Callable[..., Any], Any]:
         converted[key] = (jax_fn, jax_params,
                           _variable_keys(f, traced, spec, jax_params, tf))
       else:
-        p_spec = jax.tree_util.tree_map(
-            lambda v: tf.TensorSpec(np.shape(v),
-                                    tf.as_dtype(np.result_type(v))), p)
+        p_spec = signature[0] if signature is not None else (
+            jax.tree_util.tree_map(
+                lambda v: tf.TensorSpec(np.shape(v),
+                                        tf.as_dtype(np.result_type(v))), p))
         converted[key] = tf2jax.convert(traced, p_spec, spec)
     return converted[key]
 
@@ -178,7 +291,9 @@ def get_apply_fn_and_params(f: Any) -> tuple[Callable[..., Any], Any]:
         raise ValueError(
             f'`params` has {len(params)} entries but the model has '
             f'{len(keys)} trainable variables; pass '
-            '`f.trainable_variables` (or arrays of their shapes, in order).')
+            '`get_apply_fn_and_params(f)[1]` or `f.trainable_variables` (or '
+            'arrays of their shapes, in order; Keras 3 variables of the '
+            'models `f` holds come last).')
       jax_params = dict(jax_params)
       for key, p in zip(keys, params):
         if key is None:
@@ -216,8 +331,9 @@ def _variable_keys(f: Any, traced: Any, spec: Any, jax_params: dict,
         f'Could not match the {len(jax_params)} variables of the converted '
         f'model to its {len(captured)} captured variables; pass a function '
         '`f(params, x)` instead.')
-  key_of = {v.ref(): key for v, key in zip(captured, jax_params)}
-  return [key_of.get(v.ref()) for v in f.trainable_variables]
+  key_of = {v.handle.ref(): key for v, key in zip(captured, jax_params)}
+  return [key_of.get(_tf_variable(v).handle.ref())
+          for v in module_variables(f)]
 
 
 def empirical_ntk_fn_tf(
@@ -269,15 +385,21 @@ def empirical_ntk_fn_tf(
                        autograph=False)
 
   def ntk_fn_tf(x1: Any, x2: Optional[Any], params: Any) -> Any:
+    if (isinstance(params, (list, tuple)) and not params and
+        _kind(f, tf) == 'module'):
+      # The empty `f.trainable_variables` of a module wrapping Keras 3
+      # models: their variables, at their current values.
+      params = module_variables(f)
     params = _numpy_params(params)
     # `tf2jax` converts models with variables only eagerly, so not inside the
-    # graph that `jax2tf` traces: once per input shape, here.
+    # graph that `jax2tf` traces: once per input shape, here (the batch size
+    # included, which an `input_signature` may fix).
     for x in (x1, x2):
       if x is not None:
         with jax.numpy_rank_promotion('allow'):
           dtype = np.dtype(getattr(x.dtype, 'as_numpy_dtype', x.dtype))
           jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct(
-              (1,) + tuple(x.shape[1:]), dtype))
+              tuple(x.shape), dtype))
     if x2 is None:
       return tf_kernel(False)(x1, params)
     return tf_kernel(True)(x1, x2, params)

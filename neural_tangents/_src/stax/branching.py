@@ -11,7 +11,9 @@ import operator
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
+from neural_tangents._src.stax.masking import supports_masking
 from neural_tangents._src.stax.protocol import Diagonal
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
@@ -21,8 +23,12 @@ from neural_tangents._src.utils.typing import Layer
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def FanOut(num: int) -> Layer:
   """Copies its input into a list of `num` identical outputs.
+
+  A masked input's mask is copied with it: each output carries the input's
+  mask.
 
   Args:
     num: number of copies, positive.
@@ -46,7 +52,11 @@ def FanOut(num: int) -> Layer:
   def kernel_fn(k: Kernel, **kwargs) -> list[Kernel]:
     return [k] * num
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(mask, input_shape):
+    del input_shape
+    return [mask] * num
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
 
 
 def _check_fan_in(shapes: Any, name: str) -> list[tuple[int, ...]]:
@@ -84,10 +94,14 @@ def _fan_in_kernel_shapes(ks: list[Kernel], name: str) -> None:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def FanInSum() -> Layer:
   """Sums a list of inputs of the same shape.
 
   For independent (or jointly Gaussian) branches, covariances and NTKs add.
+  Masked inputs: an output entry is masked iff it is masked in every input
+  (elsewhere the sum holds the unmasked inputs' values); an input without a
+  mask masks nothing.
 
   Example:
     >>> _, apply_fn, _ = stax.FanInSum()
@@ -112,7 +126,7 @@ def FanInSum() -> Layer:
     return out.replace(is_gaussian=all(k.is_gaussian for k in ks),
                        is_input=False)
 
-  return init_fn, apply_fn, kernel_fn
+  return init_fn, apply_fn, kernel_fn, _masked_in_all
 
 
 def _check_fan_in_inputs(inputs: Any, name: str) -> list[Any]:
@@ -125,12 +139,14 @@ def _check_fan_in_inputs(inputs: Any, name: str) -> list[Any]:
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def FanInProd() -> Layer:
   """Multiplies a list of inputs of the same shape elementwise.
 
   For independent, zero-mean branches (each branch with its own weights),
   `E[prod_i a_i(x) prod_i a_i(x')] = prod_i K_i(x, x')`, and the NTK follows by
-  the product rule: `sum_i ntk_i * prod_{j != i} nngp_j`.
+  the product rule: `sum_i ntk_i * prod_{j != i} nngp_j`. Masked inputs: an
+  output entry is masked iff it is masked in any input (a zero factor).
 
   Example:
     >>> _, apply_fn, _ = stax.FanInProd()
@@ -162,10 +178,11 @@ def FanInProd() -> Layer:
     return ks[0].replace(nngp=nngp, ntk=ntk, cov1=prod([k.cov1 for k in ks]),
                          cov2=cov2, is_gaussian=False, is_input=False)
 
-  return init_fn, apply_fn, kernel_fn
+  return init_fn, apply_fn, kernel_fn, _masked_in_any
 
 
 @layer
+@supports_masking(remask_kernel=False)
 def FanInConcat(axis: int = -1) -> Layer:
   """Concatenates a list of inputs along `axis`.
 
@@ -174,7 +191,8 @@ def FanInConcat(axis: int = -1) -> Layer:
   then differently distributed, so the output is not treated as Gaussian: a
   nonlinearity needs a `Dense` (or convolution) between it and the concat. Along a spatial axis, positions of
   different branches are independent (zero covariance) and the spatial
-  covariances are laid out block-diagonally.
+  covariances are laid out block-diagonally. Masks are concatenated with
+  the inputs (an input without a mask masks none of its entries).
 
   Args:
     axis: concatenation axis; the channel axis or a spatial axis (not the
@@ -219,7 +237,44 @@ def FanInConcat(axis: int = -1) -> Layer:
       return _concat_channels(ks, ax)
     return _concat_spatial(ks, ax)
 
-  return init_fn, apply_fn, kernel_fn
+  def mask_fn(masks, input_shapes):
+    return _concat_masks(masks, input_shapes, axis % len(input_shapes[0]))
+
+  return init_fn, apply_fn, kernel_fn, mask_fn
+
+
+def _masked_in_all(masks: list[Any], input_shapes: Any) -> Any:
+  """Mask of a sum: entries masked (zero) in every input; `None` masks none."""
+  del input_shapes
+  if any(m is None for m in masks):
+    return None
+  return functools.reduce(jnp.logical_and, masks)
+
+
+def _masked_in_any(masks: list[Any], input_shapes: Any) -> Any:
+  """Mask of a product: entries masked (zero) in any input."""
+  del input_shapes
+  return functools.reduce(jnp.logical_or, [m for m in masks if m is not None])
+
+
+def _concat_masks(masks: list[Any], input_shapes: list[tuple[int, ...]],
+                  ax: int) -> Any:
+  """Masks concatenated along axis `ax` as their inputs are.
+
+  Each mask is broadcast to its input's size along `ax` (and along the other
+  axes where any mask is not of size 1); an input without a mask gets an
+  all-`False` one.
+  """
+  present = [m for m in masks if m is not None]
+  ndim = len(input_shapes[0])
+  sizes = [1 if all(m.shape[d] == 1 for m in present) else
+           input_shapes[0][d] for d in range(ndim)]
+  parts = []
+  for m, shape in zip(masks, input_shapes):
+    target = tuple(shape[d] if d == ax else sizes[d] for d in range(ndim))
+    parts.append(np.zeros(target, bool) if m is None else
+                 jnp.broadcast_to(m, target))
+  return jnp.concatenate(parts, axis=ax)
 
 
 def _concat_shape(shapes: list[tuple[int, ...]], ax: int) -> tuple[int, ...]:

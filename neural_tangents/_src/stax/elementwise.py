@@ -40,13 +40,14 @@ from neural_tangents._src.stax.kernel_maps import nngp_fn_kernel_map
 from neural_tangents._src.stax.kernel_maps import NngpFn
 from neural_tangents._src.stax.kernel_maps import polynomial_kernel_map
 from neural_tangents._src.stax.kernel_maps import polynomial_value
-from neural_tangents._src.stax.kernel_maps import quadrature_kernel_map
 from neural_tangents._src.stax.kernel_maps import rectified_monomial_kernel_map
 from neural_tangents._src.stax.kernel_maps import relu_kernel_map
 from neural_tangents._src.stax.kernel_maps import sign_kernel_map
 from neural_tangents._src.stax.kernel_maps import sin_kernel_map
 from neural_tangents._src.stax.masking import supports_masking
 from neural_tangents._src.stax.protocol import Diagonal
+from neural_tangents._src.stax.quadrature import elementwise_derivative
+from neural_tangents._src.stax.quadrature import quadrature_kernel_map
 from neural_tangents._src.stax.requirements import layer
 from neural_tangents._src.stax.requirements import requires
 from neural_tangents._src.utils import arguments
@@ -765,7 +766,7 @@ def ElementwiseNumerical(fn: Callable[[Array], Array],
   arguments.callable_arg(fn, 'fn', 'Pass e.g. `fn=jnp.tanh`.')
   deg = arguments.positive_int(deg, 'deg', 'Pass e.g. `deg=76`.')
   if df is None:
-    df = lambda x: jax.jvp(fn, (x,), (jnp.ones_like(x),))[1]
+    df = elementwise_derivative(fn)
   else:
     arguments.callable_arg(df, 'df', 'Pass e.g. the derivative of `fn`.')
   return elementwise(fn, quadrature_kernel_map(fn, df, deg),

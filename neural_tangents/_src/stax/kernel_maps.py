@@ -22,11 +22,16 @@ and a floored square root (`arccos_angle`), and determinants such as
 `(1 + q1)(1 + q2) - c^2` are expanded as `1 + q1 + q2 + (q1 q2 - c^2)`, a sum
 of non-negative terms that cannot cancel to zero or below.
 
+Clamps that only undo rounding (`rounding_clip`) pass every derivative
+through, so that kernels keep all their derivatives with respect to the
+inputs on the diagonal `x1 = x2` too (where the clamps are active).
+
 Example:
   >>> nngp, dot = relu_kernel_map(1., 1., 1., True)  # equal inputs
   >>> round(float(nngp), 6), round(float(dot), 6)
   (0.5, 0.5)
 """
+import functools
 import math
 from typing import Callable, Optional, Sequence
 
@@ -35,7 +40,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_tangents._src.utils import kernel as kernel_lib
-from neural_tangents._src.utils.quadrature import gauss_hermite
 from neural_tangents._src.utils import row_blocks
 from neural_tangents._src.utils import scaling
 from neural_tangents._src.utils.arctan import arctan2
@@ -56,6 +60,30 @@ def safe_sqrt(x: Array) -> Array:
   """`sqrt(max(x, 0))` with a finite, zero-at-zero gradient."""
   positive = x > 0
   return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1)), 0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def rounding_clip(x: Array, lower: Optional[float],
+                  upper: Optional[float]) -> Array:
+  """`clip(x, lower, upper)` for an `x` within the bounds in exact arithmetic.
+
+  The clip only undoes rounding (a correlation of `1 + eps`, a Cauchy-Schwarz
+  gap of `-eps`), so every derivative is `x`'s, at any order: at the bound
+  itself (the diagonal `x1 = x2`, where the gap has its minimum 0 and the
+  correlation its maximum 1), `jnp.maximum` would halve the derivatives and
+  `jnp.where` drop them past it.
+  """
+  if lower is not None:
+    x = jnp.where(x < lower, lower, x)
+  if upper is not None:
+    x = jnp.where(x > upper, upper, x)
+  return x
+
+
+@rounding_clip.defjvp
+def _rounding_clip_jvp(lower, upper, primals, tangents):
+  (x,), (dx,) = primals, tangents
+  return rounding_clip(x, lower, upper), dx
 
 
 def _eps(x: Array) -> float:
@@ -95,9 +123,9 @@ def correlation(q1: Array, q2: Array, c: Array,
   rho = jnp.where(positive, c / jnp.where(positive, norm, 1), 0)
   rho = jnp.where(jnp.isinf(c), jnp.sign(c), rho)
   if clip:
-    # Unlike `jnp.clip`, keeps the full gradient at `rho = +-1` exactly (equal
-    # inputs), where `jnp.clip` would halve it.
-    rho = jnp.where(jnp.abs(rho) > 1, jnp.sign(rho), rho)
+    # Unlike `jnp.clip`, keeps every derivative at and past `rho = +-1`
+    # (equal inputs, and their rounding), where `jnp.clip` would halve them.
+    rho = rounding_clip(rho, -1., 1.)
   return norm, rho
 
 
@@ -151,7 +179,8 @@ def scaled_gaussian_determinant(q1: Array, q2: Array, c: Array, alpha: float
   # never takes `d` below `e (e + u1 + u2)`: for large variances that term is
   # tiny (`e` down to 2^-127), and a rounding error of `u1 u2 - v^2` of
   # either sign would swamp it.
-  d = e * (e + u1 + u2) + jnp.maximum(cauchy_schwarz_gap(u1, u2, v), 0)
+  d = e * (e + u1 + u2) + rounding_clip(cauchy_schwarz_gap(u1, u2, v), 0.,
+                                        None)
   return m, v, jnp.sqrt(d)
 
 
@@ -248,7 +277,7 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
   def kernel_map(q1, q2, c, compute_dot):
     m, v, root = scaled_gaussian_determinant(q1, q2, c, alpha)
     nngp = a**2 * 2 / np.pi * arctan2(v, root) + c_shift**2
-    dot = a**2 * 2 * alpha / (np.pi * jnp.maximum(m * root, 1))
+    dot = a**2 * 2 * alpha / (np.pi * rounding_clip(m * root, 1., None))
     # Overflowed (infinite) variances: the limit `q -> inf` of `erf(b x)` is
     # `sign(x)`, whose kernel is `2/pi arcsin(rho)` (with `rho` as
     # `correlation` takes it), and `dot -> 0` as `1 / sqrt(q)`: the smallest
@@ -270,15 +299,14 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
     sqrt(t2 alpha q1)`, `C = alpha sqrt(q1 q2 - c^2)`, each representable
     (`sqrt(t_k) = 2^(-e_k)`), summed by `hypot`."""
     m = scaling.scale_above(jnp.maximum(q1, q2))
-    gap = jnp.maximum(cauchy_schwarz_gap(alpha * (q1 / m), alpha * (q2 / m),
-                                         alpha * (c / m)), 0)
+    gap = rounding_clip(cauchy_schwarz_gap(alpha * (q1 / m), alpha * (q2 / m),
+                                           alpha * (c / m)), 0., None)
     dtype = jnp.result_type(q1, q2, c)
     root_t1 = scaling.power_of_two(-e1, dtype)
     root_t2 = scaling.power_of_two(-e2, dtype)
-    root = jnp.hypot(
+    root = _hypot_of_gap(
         jnp.hypot(root_t1 * jnp.sqrt(root_t2**2 + alpha * q2),
-                  root_t2 * safe_sqrt(alpha * q1)),
-        m * safe_sqrt(gap))
+                  root_t2 * safe_sqrt(alpha * q1)), m, gap)
     nngp = a**2 * 2 / np.pi * arctan2(alpha * c, root) + c_shift**2
     if ntk is not None:
       ntk = a**2 * 2 * alpha / np.pi * ntk / root
@@ -286,6 +314,16 @@ def erf_kernel_map(a: float, b: float, c_shift: float) -> KernelMap:
 
   kernel_map.scaled = scaled
   return kernel_map
+
+
+def _hypot_of_gap(x: Array, m: Array, gap: Array) -> Array:
+  """`sqrt(x^2 + m^2 gap)` (`x > 0`, `gap >= 0`, `m` a power of 2), scaled
+  by a power of 2 `p` near the larger term so nothing overflows; unlike
+  `hypot(x, m sqrt(gap))`, smooth where `gap = 0` (`x1 = x2`, where `gap` is
+  quadratic in `x1 - x2` and its root like `|x1 - x2|`)."""
+  larger = jax.lax.stop_gradient(jnp.maximum(x, m * safe_sqrt(gap)))
+  p = scaling.power_of_two(scaling.exponent_of(larger), larger.dtype)
+  return p * jnp.sqrt((x / p)**2 + (m / p) * ((m / p) * gap))
 
 
 def gelu_kernel_map(q1, q2, c, compute_dot):
@@ -303,7 +341,7 @@ def gelu_kernel_map(q1, q2, c, compute_dot):
   # `q1 q2 + c^2 (1 - q1 q2) / (s1 s2) = (q1 q2 D + c^2) / (s1 s2)`, so that
   # no product of two variances is formed.
   m, v, root_scaled = scaled_gaussian_determinant(q1, q2, c, 1.)
-  root = jnp.maximum(m * root_scaled, 1)
+  root = rounding_clip(m * root_scaled, 1., None)
   t1, t2 = (1 / m + q1 / m), (1 / m + q2 / m)  # s1 / m, s2 / m
   cdf_kernel = 0.25 + arctan2(v, root_scaled) / (2 * np.pi)
   pdf_terms = ((q1 / m) / t1 * ((q2 / m) / t2) * root +
@@ -389,8 +427,13 @@ def sin_kernel_map(a: float, b: float, shift: float) -> KernelMap:
     r1 = scaling.times_powers_of_two(safe_sqrt(q1), e1, zero)
     r2 = scaling.times_powers_of_two(safe_sqrt(q2), e2, zero)
     cross = r1 * r2
-    diff = jnp.where(r1 == r2, 0, (r1 - r2)**2)
-    spread = lambda w: diff + jnp.where(w == 0, 0, 2 * cross * w)
+    # The `where`s only keep `inf - inf` and `inf * 0` of overflowed standard
+    # deviations from making NaN: elsewhere the products are kept, since
+    # their first derivatives vanish on the diagonal (`r1 = r2`, `rho = 1`)
+    # but not their second ones.
+    diff = jnp.where((r1 == r2) & jnp.isinf(r1), 0, (r1 - r2)**2)
+    spread = lambda w: diff + jnp.where((w == 0) & jnp.isinf(cross), 0,
+                                        2 * cross * w)
     abs_rho = jnp.abs(rho)
     near = jnp.exp(-b**2 * spread(1 - abs_rho) / 2)
     t = b**2 * jnp.where(abs_rho == 0, 0, abs_rho * cross)
@@ -586,39 +629,6 @@ def gabor_kernel_map(q1, q2, c, compute_dot):
 
   nngp = nngp_of(c)
   return nngp, (_price_derivative(nngp_of, c) if compute_dot else None)
-
-
-def quadrature_kernel_map(fn: Callable[[Array], Array],
-                          df: Callable[[Array], Array],
-                          deg: int) -> KernelMap:
-  """Kernel map of any `fn` by Gauss-Hermite quadrature of degree `deg`.
-
-  `u = sqrt(q1) z1`, `v = sqrt(q2) (rho z1 + sqrt(1 - rho^2) z2)` for
-  independent standard normal `z1`, `z2`; each expectation is a sum over the
-  `deg x deg` product grid of the (probabilists') Gauss-Hermite nodes, exact
-  for polynomials of degree up to `2 deg - 1` in each variable.
-  """
-  nodes, weights = gauss_hermite(deg)
-
-  def expectation(f, q1, q2, c):
-    q1, q2, c = jnp.broadcast_arrays(q1, q2, c)
-    _, rho = correlation(q1, q2, c)
-    z = jnp.asarray(nodes, c.dtype)
-    w = jnp.asarray(weights, c.dtype)
-    ex = lambda x: x[..., None, None]
-    # Grid axes (z1, z2) last, with explicit size-1 axes for the batch ones.
-    grid = lambda x: jnp.reshape(x, (1,) * c.ndim + x.shape)
-    u = ex(safe_sqrt(q1)) * grid(z[:, None])
-    v = ex(safe_sqrt(q2)) * (ex(rho) * grid(z[:, None]) +
-                             ex(safe_sqrt(1 - rho**2)) * grid(z[None, :]))
-    return jnp.sum(grid(w[:, None] * w[None, :]) * f(u) * f(v),
-                   axis=(-2, -1))
-
-  def kernel_map(q1, q2, c, compute_dot):
-    nngp = expectation(fn, q1, q2, c)
-    dot = expectation(df, q1, q2, c) if compute_dot else None
-    return nngp, dot
-  return kernel_map
 
 
 def nngp_fn_kernel_map(nngp_fn: NngpFn,

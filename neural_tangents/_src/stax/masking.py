@@ -26,7 +26,10 @@ Semantics (the same for the finite network and its kernels):
   through the window centres); pooling, and global average pooling,
   average over unmasked entries only; attention and
   `Aggregate` ignore masked positions as keys / sender nodes and mask the same
-  positions of their output.
+  positions of their output; `FanOut` copies the mask to every branch,
+  `FanInSum` masks an entry iff every input does, `FanInProd` iff any input
+  does, and `FanInConcat` concatenates the masks (an input without a mask
+  masks nothing).
 * `apply_fn` returns a `MaskedArray` whenever its output mask is not `None`
   (a plain array otherwise), so masks flow from layer to layer.
 * In a `Kernel`, `mask1` / `mask2` hold the current masks of `x1` / `x2` in the
