@@ -151,7 +151,7 @@ class CompiledKernelFnTest(test_utils.NeuralTangentsTestCase):
   def test_bad_arguments_raise_as_before(self):
     _, _, kernel_fn = self._network()
     x = jnp.ones((2, 3))
-    with self.assertRaisesRegex(ValueError, '`get` must be'):
+    with self.assertRaisesRegex(ValueError, "get='nnpg'.*did you mean 'nngp'"):
       kernel_fn(x, None, 'nnpg')
     with self.assertRaisesRegex(TypeError, 'unexpected keyword'):
       kernel_fn(x, None, 'nngp', diagonal_spatail=True)
