@@ -9,6 +9,8 @@ default backend, at default settings, and compare them with the same
 computation in float64 on the CPU: within 1e-4 relative on every backend.
 They also check that a user's own precision still wins.
 """
+from unittest import mock
+
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ import numpy as np
 
 import neural_tangents as nt
 from neural_tangents import stax
+from neural_tangents._src.utils import backends
 from neural_tangents._src.utils import precision
 from tests import test_utils
 
@@ -95,6 +98,12 @@ class DefaultPrecisionTest(test_utils.NeuralTangentsTestCase):
                     FLOAT32_ACCURATE)
 
 
+def _on_an_accelerator():
+  """A context in which computations run on a TPU as far as the library can
+  tell (the jaxprs it traces are the same as on one)."""
+  return mock.patch.object(backends, 'compute_platform', lambda: 'tpu')
+
+
 class UserPrecisionTest(test_utils.NeuralTangentsTestCase):
 
   def _traced_precisions(self, fn, *args):
@@ -122,14 +131,26 @@ class UserPrecisionTest(test_utils.NeuralTangentsTestCase):
     x = jnp.ones((3, 4), jnp.float32)
     ntk_fn = nt.empirical_ntk_fn(apply_fn, implementation=1)
     highest = (jax.lax.Precision.HIGHEST,) * 2
-    found = self._traced_precisions(lambda x: ntk_fn(x, None, params), x)
-    self.assertNotEmpty(found)
-    self.assertTrue(all(p == highest for p in found), found)
-    with jax.default_matmul_precision('bfloat16'):
-      self.assertEqual(precision.user_precision(), 'bfloat16')
+    with _on_an_accelerator():
       found = self._traced_precisions(lambda x: ntk_fn(x, None, params), x)
+      self.assertNotEmpty(found)
+      self.assertTrue(all(p == highest for p in found), found)
+      with jax.default_matmul_precision('bfloat16'):
+        self.assertEqual(precision.user_precision(), 'bfloat16')
+        found = self._traced_precisions(lambda x: ntk_fn(x, None, params), x)
+      self.assertNotEmpty(found)
+      self.assertFalse(any(p == highest for p in found), found)
+
+  def test_cpu_programs_are_left_alone(self):
+    # XLA:CPU's default float32 products are exact: nothing is changed.
+    apply_fn = lambda p, x: x @ p
+    ntk_fn = nt.empirical_ntk_fn(apply_fn, implementation=1)
+    with mock.patch.object(backends, 'compute_platform', lambda: 'cpu'):
+      found = self._traced_precisions(
+          lambda x: ntk_fn(x, None, jnp.ones((4, 2), jnp.float32)),
+          jnp.ones((3, 4), jnp.float32))
     self.assertNotEmpty(found)
-    self.assertFalse(any(p == highest for p in found), found)
+    self.assertTrue(all(p is None for p in found), found)
 
   def test_feature_maps_run_highest(self):
     from neural_tangents.experimental import features  # pylint: disable=g-import-not-at-top
@@ -138,8 +159,9 @@ class UserPrecisionTest(test_utils.NeuralTangentsTestCase):
                                           features.DenseFeatures(1))
     x = jnp.ones((3, 4), jnp.float32)
     _, params = init_fn(jax.random.PRNGKey(0), x.shape)
-    found = self._traced_precisions(
-        lambda x: feature_fn(x, params).nngp_feat, x)
+    with _on_an_accelerator():
+      found = self._traced_precisions(
+          lambda x: feature_fn(x, params).nngp_feat, x)
     self.assertNotEmpty(found)
     highest = (jax.lax.Precision.HIGHEST,) * 2
     self.assertTrue(all(p == highest for p in found), found)

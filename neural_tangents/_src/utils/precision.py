@@ -19,9 +19,10 @@ choose it:
   with jax.default_matmul_precision('default'):  # the backend's fastest
     ntk = ntk_fn(x1, x2, params)
 
-On a CPU the setting changes nothing: float32 products are exact float32
-there whatever is asked. An explicit `precision=` argument of an operation
-(in the user's `f`, or in a layer) is never overridden.
+On a CPU the library leaves the precision alone: XLA:CPU's default float32
+products are already exact float32, so its programs stay exactly what they
+were. An explicit `precision=` argument of an operation (in the user's `f`,
+or in a layer) is never overridden.
 
 Example:
   >>> import jax
@@ -29,9 +30,7 @@ Example:
   >>> @library_precision
   ... def product(a, b):
   ...   return jax.config.jax_default_matmul_precision, a @ b
-  >>> product(jnp.ones((2, 2)), jnp.ones((2, 2)))[0]
-  'highest'
-  >>> with jax.default_matmul_precision('bfloat16'):
+  >>> with jax.default_matmul_precision('bfloat16'):  # The user's wins.
   ...   product(jnp.ones((2, 2)), jnp.ones((2, 2)))[0]
   'bfloat16'
 """
@@ -41,8 +40,12 @@ from typing import Any, Callable, TypeVar
 
 import jax
 
+from neural_tangents._src.utils import backends
+
 # The precision of the library's products where the user chose none.
 LIBRARY_PRECISION = 'highest'
+# Platforms whose default float32 products are exact float32 already.
+EXACT_FLOAT32_PLATFORMS = {'cpu'}
 
 _Fn = TypeVar('_Fn', bound=Callable[..., Any])
 
@@ -55,8 +58,10 @@ def user_precision() -> Any:
 
 def precision_scope() -> contextlib.AbstractContextManager:
   """A context running products at `LIBRARY_PRECISION`, unless the user set a
-  default precision (then it changes nothing)."""
-  if user_precision() is not None:
+  default precision or the computation runs where float32 products are exact
+  (then it changes nothing)."""
+  if (user_precision() is not None or
+      backends.compute_platform() in EXACT_FLOAT32_PLATFORMS):
     return contextlib.nullcontext()
   return jax.default_matmul_precision(LIBRARY_PRECISION)
 
