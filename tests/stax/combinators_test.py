@@ -305,6 +305,16 @@ class FoldedSerialTest(test_utils.NeuralTangentsTestCase):
     k = stax.serial(*[doubling] * 3)[2](x, None)
     self.assertEqual(k.shape1, (2, 24))
 
+  def test_folding_falls_back_for_shrinking_convolutions(self):
+    # Each VALID convolution shrinks the width: not a fixed point (the
+    # message naming the changed attributes read `.shape` of a tuple).
+    layers = [stax.Conv(1, (1, 2), padding='VALID')] * 4
+    x = np.random.RandomState(0).randn(2, 3, 5, 2)
+    folded = stax.serial(*layers)[2](x, None, 'nngp')
+    unfolded = stax.serial(*layers, fold_repeats=False)[2](x, None, 'nngp')
+    self.assertEqual(folded.shape, (2, 2, 3, 3, 1, 1))
+    self.assertAllClose(folded, unfolded, rtol=1e-12, atol=0.)
+
 
 class SerialParallelTest(test_utils.NeuralTangentsTestCase):
 

@@ -346,8 +346,9 @@ def _changed_attributes(before: Any, after: Any) -> list[str]:
     if field.metadata.get('pytree_node', True):
       if (a is None) != (b is None) or (a is not None and (
           jnp.shape(a) != jnp.shape(b))):
-        changed.append(f'{field.name} (shape {None if a is None else a.shape}'
-                       f' -> {None if b is None else b.shape})')
+        changed.append(
+            f'{field.name} (shape {None if a is None else jnp.shape(a)}'
+            f' -> {None if b is None else jnp.shape(b)})')
     elif a != b:
       changed.append(f'{field.name} ({a!r} -> {b!r})')
   return changed
