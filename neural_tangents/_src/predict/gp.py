@@ -235,14 +235,14 @@ def _posterior(train: TrainKernels, name: str, k_train_train: Any,
   k_test = _matrix(train, k_test_train, posterior.flow, 'k_test_train',
                    square=False)
   test_shape = shape_of_test_outputs(
-      _kernel_of(k_test_train, posterior.flow, 'k_test_train'), train.y_train,
+      kernel_of(k_test_train, posterior.flow, 'k_test_train'), train.y_train,
       train.layout)
   mean = matrix_to_outputs(_matmul(k_test, alpha), test_shape, train.layout)
   if k_test_test is None:
     return mean
   k_prior_test = _matrix(train, k_test_train, posterior.prior, 'k_test_train',
                          square=False)
-  k_tt_array = jnp.asarray(_kernel_of(k_test_test, posterior.prior,
+  k_tt_array = jnp.asarray(kernel_of(k_test_test, posterior.prior,
                                       'k_test_test'))
   row_shape = matrix_row_shape(test_shape, train.layout)
   expected = tuple(size for size in row_shape for _ in range(2))
@@ -290,7 +290,7 @@ def _matmul(k: Any, v: Array) -> Array:
   return jnp.asarray(solve.kernel_matmul(k, np.asarray(v)), v.dtype)
 
 
-def _kernel_of(k: Any, name: str, arg: str) -> Any:
+def kernel_of(k: Any, name: str, arg: str) -> Any:
   """The `name` field of a kernel-like `k` (argument `arg`), or of a store's
   directory; else `k`."""
   if stored.is_store_path(k):

@@ -24,7 +24,9 @@ import scipy.optimize
 from neural_tangents._src.batching.options import progress_bar_class
 from neural_tangents._src.predict import posterior as posterior_lib
 from neural_tangents._src.predict import solve
+from neural_tangents._src.predict.gp import kernel_of
 from neural_tangents._src.predict.layout import is_kernel_like
+from neural_tangents._src.predict.layout import output_layout
 from neural_tangents._src.predict.options import check_diag_reg
 from neural_tangents._src.utils import linalg
 from neural_tangents._src.utils import precision
@@ -109,14 +111,7 @@ def log_marginal_likelihood(
   values = {}
   for name in names:
     kernel = posterior_lib.POSTERIORS[name].flow
-    k = k_train_train
-    if is_kernel_like(k):
-      k = getattr(k, kernel, None)
-      if k is None:
-        raise ValueError(
-            f'`k_train_train` has no "{kernel}" kernel, which get={name!r} '
-            f'needs. Pass a kernel with `{kernel}` (e.g. `kernel_fn(x_train, '
-            f"None, ('nngp', 'ntk'))`), or another `get`.")
+    k = kernel_of(k_train_train, kernel, 'k_train_train')
     values[name] = _exact(jnp.asarray(k), y, diag_reg,
                           diag_reg_absolute_scale, kernel)
   if single:
@@ -126,17 +121,12 @@ def log_marginal_likelihood(
 
 
 def _check_targets(y: jax.Array, trace_axes: Axes) -> None:
-  if y.ndim < 1 or y.shape[0] == 0:
-    raise ValueError(f'`y_train` must have at least one row (one per '
-                     f'training point); got shape {y.shape}.')
-  traced = {a % max(y.ndim, 1) for a in
-            ((trace_axes,) if isinstance(trace_axes, int) else trace_axes)}
-  kept = [a for a in range(1, y.ndim) if a not in traced]
+  kept = output_layout(y, trace_axes).untraced
   if kept:
     raise ValueError(
         f'`log_marginal_likelihood` needs one kernel for every output entry, '
         f'so every output axis of `y_train` (shape {y.shape}) must be in '
-        f'`trace_axes`; got trace_axes={trace_axes!r}, leaving axes {kept}. '
+        f'`trace_axes`; got trace_axes={trace_axes!r}, leaving axes {list(kept)}. '
         f'Pass trace_axes={tuple(range(1, y.ndim))!r} (or trace the outputs '
         'out of the kernel).')
   if not isinstance(y, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(y))):
@@ -282,9 +272,11 @@ def fit_hyperparameters(
 
   value_and_grad = jax.jit(jax.value_and_grad(neg_log_likelihood))
 
+  last = {}  # The latest evaluation, which the progress bar shows.
+
   def objective(log_values):
     value, grad = value_and_grad(jnp.asarray(log_values), x_train, y_train)
-    value = float(value)
+    value = last['value'] = float(value)
     if not np.isfinite(value):  # L-BFGS backs off from an undefined point.
       return np.inf, np.zeros_like(log_values)
     return value, np.asarray(grad, np.float64)
@@ -296,9 +288,10 @@ def fit_hyperparameters(
                                unit='it')
 
   def step(log_values):
+    del log_values  # L-BFGS evaluated it last, in its line search.
     if bar is not None:
       bar.update(1)
-      bar.set_postfix(log_likelihood=-objective(log_values)[0])
+      bar.set_postfix(log_likelihood=-last['value'])
 
   try:
     result = scipy.optimize.minimize(
