@@ -342,31 +342,35 @@ class KeywordArgumentsTest(BatchTestCase):
                           kernel_fn(x1, x2, pattern=(p1, p2)))
 
 
+def _fake_tqdm(events: list) -> types.ModuleType:
+  """A `tqdm` module whose bars append each `update(n)`'s `n` to `events`."""
+
+  class FakeBar:
+
+    def __init__(self, total, **kwargs):
+      del total, kwargs
+
+    def update(self, n):
+      events.append(n)
+
+    def refresh(self):
+      pass
+
+    def close(self):
+      pass
+
+  fake = types.ModuleType('tqdm')
+  fake.tqdm = FakeBar
+  return fake
+
+
 class ProgressTest(BatchTestCase):
 
   def test_progress_counts_blocks(self):
     updates = []
-
-    class FakeBar:
-
-      def __init__(self, total, **kwargs):
-        del kwargs
-        self.total = total
-
-      def update(self, n):
-        updates.append(n)
-
-      def refresh(self):
-        pass
-
-      def close(self):
-        pass
-
-    fake = types.ModuleType('tqdm')
-    fake.tqdm = FakeBar
     _, _, kernel_fn = _network()
     x1, _ = _inputs(7, 1)
-    with absltest.mock.patch.dict(sys.modules, {'tqdm': fake}):
+    with absltest.mock.patch.dict(sys.modules, {'tqdm': _fake_tqdm(updates)}):
       nt.batch(kernel_fn, 3, progress=True)(x1, None, 'nngp')
     self.assertEqual(sum(updates), 6)  # 3 diagonal + 3 upper blocks of 3x3.
 
@@ -380,25 +384,9 @@ class ProgressTest(BatchTestCase):
       events.append('ready')
       return ready(x)
 
-    class FakeBar:
-
-      def __init__(self, total, **kwargs):
-        del total, kwargs
-
-      def update(self, n):
-        events.append(n)
-
-      def refresh(self):
-        pass
-
-      def close(self):
-        pass
-
-    fake = types.ModuleType('tqdm')
-    fake.tqdm = FakeBar
     _, _, kernel_fn = _network()
     x1, _ = _inputs(7, 1)
-    with absltest.mock.patch.dict(sys.modules, {'tqdm': fake}), \
+    with absltest.mock.patch.dict(sys.modules, {'tqdm': _fake_tqdm(events)}), \
         absltest.mock.patch.object(jax, 'block_until_ready', wait):
       nt.batch(kernel_fn, 3, progress=True)(x1, None, 'nngp')
     updates = [i for i, e in enumerate(events) if isinstance(e, int)]
