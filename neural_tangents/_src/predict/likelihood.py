@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
 
 from neural_tangents._src.batching.options import progress_bar_class
 from neural_tangents._src.predict import posterior as posterior_lib
@@ -248,6 +247,10 @@ def fit_hyperparameters(
     >>> bool(fit.log_likelihood > fit.initial_log_likelihood)
     True
   """
+  # Imported here: scipy.optimize adds 0.17 s (14%) to `import
+  # neural_tangents`, and only a fit needs it.
+  import scipy.optimize  # pylint: disable=g-import-not-at-top
+
   if not isinstance(init, dict) or not init:
     raise ValueError(f'`init` must be a non-empty dict of starting values; '
                      f"got {init!r}. Pass e.g. {{'W_std': 1.5, 'b_std': 0.1, "
